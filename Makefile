@@ -1,0 +1,38 @@
+# The two commands of the README: `make demo` and `make test`. Both install first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: install demo test lint protos protos-check bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[test]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/prism demo
+
+lint: install
+	$(BIN)/lint-imports
+
+protos: install
+	$(BIN)/python scripts/gen_protos.py
+
+protos-check: install
+	$(BIN)/python scripts/gen_protos.py --check
+
+test: install protos-check lint
+	$(BIN)/python -m pytest -q --timeout=300 tests
+
+bench: install
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,48 @@
+"""Errors the user can cause. Every one names the place: the key, the rank, the op, the file."""
+
+from __future__ import annotations
+
+__all__ = [
+    "PrismError",
+    "ConfigError",
+    "RunDirError",
+    "GraphError",
+    "RankFailedError",
+    "MismatchError",
+]
+
+
+class PrismError(ValueError):
+    """Base of every error prism raises for bad input or a failed run."""
+
+
+class ConfigError(PrismError):
+    """A job file is wrong; the message starts with the dotted key path."""
+
+    def __init__(self, key: str, message: str, *, source: str | None = None) -> None:
+        self.key = key
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{key}: {message}" if key else f"{where}{message}")
+
+
+class RunDirError(PrismError):
+    """A run directory is missing, incomplete or corrupt (names the file)."""
+
+
+class GraphError(PrismError):
+    """A PrismTrace graph is inconsistent (names the rank and the op)."""
+
+
+class RankFailedError(PrismError):
+    """A logical rank's program raised; carries the rank and its traceback."""
+
+    def __init__(self, rank: int, traceback_text: str, *, exit_code: int | None = None) -> None:
+        self.rank = rank
+        self.traceback_text = traceback_text
+        self.exit_code = exit_code
+        detail = traceback_text.rstrip() or f"exited with code {exit_code}"
+        super().__init__(f"rank {rank} failed:\n{detail}")
+
+
+class MismatchError(PrismError):
+    """Ranks disagree about which collective comes next (a deadlock in the real job)."""

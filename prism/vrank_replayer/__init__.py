@@ -1,0 +1,1 @@
+"""vrank_replayer."""
