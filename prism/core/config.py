@@ -190,7 +190,7 @@ def job_from_dict(data: Any, *, base_dir: str | os.PathLike[str] = ".", source: 
         _check(job)
     except ConfigError as e:
         if source and not str(e).startswith(source):
-            raise ConfigError(e.key, str(e), source=source) from None
+            raise ConfigError(e.key, e.detail, source=source) from None
         raise
     return job
 

@@ -21,6 +21,7 @@ class ConfigError(PrismError):
 
     def __init__(self, key: str, message: str, *, source: str | None = None) -> None:
         self.key = key
+        self.detail = message
         where = f"{source}: " if source else ""
         super().__init__(f"{where}{key}: {message}" if key else f"{where}{message}")
 

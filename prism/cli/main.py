@@ -1,0 +1,52 @@
+"""``prism``: the command line. One thin module per command; all logic lives in the library."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from rich.console import Console
+from rich.logging import RichHandler
+
+from prism.core.errors import PrismError, RankFailedError
+
+from . import demo, record, simulate, walk
+
+__all__ = ["main"]
+
+COMMANDS = {"record": record, "simulate": simulate, "walk": walk, "demo": demo}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="prism", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module in COMMANDS.items():
+        p = sub.add_parser(name, help=module.HELP, description=module.__doc__)
+        module.add_arguments(p)
+        p.set_defaults(handler=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
+    logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(show_path=False)])
+    err = Console(stderr=True)
+    try:
+        return int(args.handler(args) or 0)
+    except RankFailedError as e:
+        err.print(f"[bold red]error:[/] rank {e.rank} failed")
+        err.print(e.traceback_text.rstrip(), markup=False, highlight=False)
+        return 1
+    except PrismError as e:
+        err.print(f"[bold red]error:[/] {e}", markup=True, highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""Run the real job (all W ranks, gloo on CPU / NCCL on GPU) and record its graph into RUN/graph/real."""
+
+from __future__ import annotations
+
+import argparse
+
+from prism.core.config import load_job
+from prism.sandbox.recording import record_job
+
+from .progress import rank_progress
+from .report import print_run_table
+
+HELP = "record a real run of the job (ground truth)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--job", required=True, help="job.yaml")
+    p.add_argument("--out", required=True, help="run directory to write")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the run is stopped")
+    p.add_argument("--cuda-backend", choices=("nccl", "gloo"), default="nccl",
+                   help="real backend for CUDA tensors (gloo lets several ranks share one GPU)")
+
+
+def run(args: argparse.Namespace) -> int:
+    job = load_job(args.job)
+    with rank_progress(f"record {job.name}", job.world_size) as progress:
+        graph = record_job(job, args.out, timeout_s=args.timeout, cuda_backend=args.cuda_backend, on_progress=progress)
+    print_run_table(graph, title=f"{job.name}: real run, W={job.world_size}")
+    return 0

@@ -1,0 +1,49 @@
+"""Rich tables for the terminal."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+
+from rich.console import Console
+from rich.table import Table
+
+from prism.graph.records import Graph, NodeKind
+
+__all__ = ["print_run_table", "human_bytes"]
+
+
+def human_bytes(n: float) -> str:
+    if n < 0:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f}"
+
+
+def print_run_table(graph: Graph, *, title: str, skip_steps: int = 1, console: Console | None = None) -> None:
+    """Per rank: comm ops by kind, bytes sent, step time (after ``skip_steps`` warmup), peak memory, loss."""
+    console = console or Console()
+    table = Table(title=title, title_justify="left")
+    for col, justify in [("rank", "right"), ("comm ops by kind", "left"), ("bytes", "right"),
+                         ("step ms (mean)", "right"), ("steps", "right"), ("peak mem", "right"), ("last loss", "right")]:
+        table.add_column(col, justify=justify)
+    for rank in sorted(graph.nodes):
+        nodes = graph.nodes[rank]
+        kinds = Counter(n.op.value if n.op else n.kind.value for n in nodes if n.is_comm)
+        ops = " ".join(f"{k}:{v}" for k, v in sorted(kinds.items()))
+        sent = sum(n.size_bytes for n in nodes if n.is_comm and n.kind is not NodeKind.RECV)
+        s = graph.summaries.get(rank)
+        steps = list(s.step_times_ns) if s else []
+        measured = steps[skip_steps:] or steps
+        mean = _ms(statistics.fmean(measured)) if measured else "-"
+        loss = f"{s.losses[-1]:.4g}" if s and s.losses else "-"
+        mem = human_bytes(s.peak_memory_bytes) if s else "-"
+        table.add_row(str(rank), ops, human_bytes(sent), mean, str(len(steps)), mem, loss)
+    console.print(table)

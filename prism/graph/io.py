@@ -1,0 +1,245 @@
+"""Read and write a PrismTrace graph directory (protos/prism_trace.proto).
+
+Layout::
+
+    DIR/manifest.pb        Manifest: schema_version, world size, groups, one RankFileRef per rank
+    DIR/rank-00003.pb      RankFile: rank 3's nodes, its summary, the sha256 of its node payload
+
+The manifest carries the sha256 of every rank file's bytes; every file carries the schema version.
+A write is atomic (the directory appears whole or not at all); a read checks versions and
+checksums and names the offending file in a RunDirError.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+
+from prism.core.atomic import atomic_directory
+from prism.core.errors import RunDirError
+from prism.graph._pb import prism_trace_pb2 as pb
+from prism.graph.records import CommOp, GroupInfo, Graph, Node, NodeKind, RankSummary
+
+__all__ = ["SCHEMA_VERSION", "MANIFEST_NAME", "rank_file_name", "write_graph", "read_graph"]
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+"""Version of the on-disk layout; bump it on any incompatible change to prism_trace.proto."""
+MANIFEST_NAME = "manifest.pb"
+
+_KIND_TO_PB = {k: pb.NodeKind.Value(f"NODE_KIND_{k.name}") for k in NodeKind}
+_KIND_FROM_PB = {v: k for k, v in _KIND_TO_PB.items()}
+_OP_TO_PB = {op: pb.CommOp.Value(f"COMM_OP_{op.name}") for op in CommOp}
+_OP_FROM_PB = {v: k for k, v in _OP_TO_PB.items()}
+
+
+def rank_file_name(rank: int) -> str:
+    return f"rank-{rank:05d}.pb"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _nodes_sha256(nodes: object) -> str:
+    h = hashlib.sha256()
+    for n in nodes:  # type: ignore[attr-defined]
+        h.update(n.SerializeToString(deterministic=True))
+    return h.hexdigest()
+
+
+# --- records -> messages -------------------------------------------------------------------------
+
+
+def _node_to_pb(n: Node) -> pb.Node:
+    m = pb.Node(
+        kind=_KIND_TO_PB[n.kind],
+        op=_OP_TO_PB[n.op] if n.op is not None else pb.COMM_OP_UNSPECIFIED,
+        group_id=n.group_id,
+        seq=n.seq,
+        peer=n.peer,
+        tag=n.tag,
+        size_bytes=n.size_bytes,
+        dtype=n.dtype,
+        in_splits=n.in_splits,
+        out_splits=n.out_splits,
+        reduce_op=n.reduce_op,
+        is_async=n.is_async,
+        call_site=n.call_site,
+        target=n.target,
+        mark=n.mark,
+        step=n.step,
+        start_ns=n.start_ns,
+        duration_ns=n.duration_ns,
+        payload=n.payload,
+    )
+    for shape in n.shapes:
+        m.shapes.add(dims=shape)
+    for shape in n.out_shapes:
+        m.out_shapes.add(dims=shape)
+    return m
+
+
+def _summary_to_pb(s: RankSummary) -> pb.RankSummary:
+    return pb.RankSummary(
+        rank=s.rank,
+        losses=s.losses,
+        step_times_ns=s.step_times_ns,
+        peak_memory_bytes=s.peak_memory_bytes,
+        memory_source=s.memory_source,
+        exit_code=s.exit_code,
+    )
+
+
+def write_graph(graph: Graph, directory: str | os.PathLike[str]) -> Path:
+    """Write ``graph`` to ``directory`` atomically (replacing it as a whole); return the path."""
+    target = Path(directory)
+    manifest = pb.Manifest(
+        schema_version=SCHEMA_VERSION,
+        world_size=graph.world_size,
+        kind=graph.kind,
+        job_name=graph.job_name,
+        meta=graph.meta,
+    )
+    for g in graph.groups.values():
+        manifest.groups.add(group_id=g.group_id, ranks=g.ranks, desc=g.desc)
+    with atomic_directory(target) as tmp:
+        for rank in sorted(graph.nodes):
+            nodes = graph.nodes[rank]
+            rank_file = pb.RankFile(schema_version=SCHEMA_VERSION, rank=rank)
+            rank_file.nodes.extend(_node_to_pb(n) for n in nodes)
+            rank_file.nodes_sha256 = _nodes_sha256(rank_file.nodes)
+            summary = graph.summaries.get(rank)
+            if summary is not None:
+                rank_file.summary.CopyFrom(_summary_to_pb(summary))
+                rank_file.has_summary = True
+            data = rank_file.SerializeToString(deterministic=True)
+            name = rank_file_name(rank)
+            (tmp / name).write_bytes(data)
+            manifest.rank_files.add(
+                rank=rank, file_name=name, sha256=_sha256(data), size_bytes=len(data), num_nodes=len(nodes)
+            )
+        (tmp / MANIFEST_NAME).write_bytes(manifest.SerializeToString(deterministic=True))
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    log.debug("wrote graph (%d ranks) to %s", len(graph.nodes), target)
+    return target
+
+
+# --- messages -> records -------------------------------------------------------------------------
+
+
+def _node_from_pb(rank: int, index: int, m: pb.Node) -> Node:
+    return Node(
+        rank=rank,
+        index=index,
+        kind=_KIND_FROM_PB[m.kind],
+        op=_OP_FROM_PB.get(m.op),
+        group_id=m.group_id,
+        seq=m.seq,
+        peer=m.peer,
+        tag=m.tag,
+        size_bytes=m.size_bytes,
+        dtype=m.dtype,
+        shapes=tuple(tuple(s.dims) for s in m.shapes),
+        out_shapes=tuple(tuple(s.dims) for s in m.out_shapes),
+        in_splits=tuple(m.in_splits),
+        out_splits=tuple(m.out_splits),
+        reduce_op=m.reduce_op,
+        is_async=m.is_async,
+        call_site=m.call_site,
+        target=m.target,
+        mark=m.mark,
+        step=m.step,
+        start_ns=m.start_ns,
+        duration_ns=m.duration_ns,
+        payload=m.payload,
+    )
+
+
+def _summary_from_pb(m: pb.RankSummary) -> RankSummary:
+    return RankSummary(
+        rank=m.rank,
+        losses=tuple(m.losses),
+        step_times_ns=tuple(m.step_times_ns),
+        peak_memory_bytes=m.peak_memory_bytes,
+        memory_source=m.memory_source,
+        exit_code=m.exit_code,
+    )
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise RunDirError(f"{path}: {what} is missing") from None
+    except OSError as e:
+        raise RunDirError(f"{path}: cannot read {what}: {e}") from e
+
+
+def _parse(message: pb.Manifest | pb.RankFile, data: bytes, path: Path) -> None:
+    try:
+        message.ParseFromString(data)
+    except DecodeError as e:
+        raise RunDirError(f"{path}: corrupt {type(message).__name__} ({e})") from e
+
+
+def _check_version(version: int, path: Path) -> None:
+    if version != SCHEMA_VERSION:
+        raise RunDirError(
+            f"{path}: schema_version {version}, but this prism reads schema_version {SCHEMA_VERSION}"
+        )
+
+
+def read_graph(directory: str | os.PathLike[str]) -> Graph:
+    """Read a graph written by :func:`write_graph`, verifying versions and checksums."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise RunDirError(f"{root}: graph directory does not exist")
+    manifest_path = root / MANIFEST_NAME
+    manifest = pb.Manifest()
+    _parse(manifest, _read(manifest_path, "the graph manifest"), manifest_path)
+    _check_version(manifest.schema_version, manifest_path)
+
+    nodes: dict[int, tuple[Node, ...]] = {}
+    summaries: dict[int, RankSummary] = {}
+    for ref in manifest.rank_files:
+        path = root / ref.file_name
+        if Path(ref.file_name).name != ref.file_name:
+            raise RunDirError(f"{manifest_path}: rank {ref.rank} file name {ref.file_name!r} is not plain")
+        data = _read(path, f"rank {ref.rank}'s file (listed in {MANIFEST_NAME})")
+        if _sha256(data) != ref.sha256:
+            raise RunDirError(
+                f"{path}: sha256 {_sha256(data)[:16]}… does not match {MANIFEST_NAME} "
+                f"({ref.sha256[:16]}…); the file is corrupt or was replaced"
+            )
+        rank_file = pb.RankFile()
+        _parse(rank_file, data, path)
+        _check_version(rank_file.schema_version, path)
+        if rank_file.rank != ref.rank:
+            raise RunDirError(f"{path}: holds rank {rank_file.rank}, the manifest says rank {ref.rank}")
+        if _nodes_sha256(rank_file.nodes) != rank_file.nodes_sha256:
+            raise RunDirError(f"{path}: node payload checksum mismatch")
+        rank = ref.rank
+        nodes[rank] = tuple(_node_from_pb(rank, i, m) for i, m in enumerate(rank_file.nodes))
+        if rank_file.has_summary:
+            summaries[rank] = _summary_from_pb(rank_file.summary)
+
+    groups = {
+        g.group_id: GroupInfo(g.group_id, tuple(g.ranks), g.desc) for g in manifest.groups
+    }
+    return Graph(
+        world_size=manifest.world_size,
+        nodes=nodes,
+        groups=groups,
+        summaries=summaries,
+        kind=manifest.kind,
+        job_name=manifest.job_name,
+        meta=dict(manifest.meta),
+    )

@@ -1,0 +1,87 @@
+"""The comm-engine interface: who decides a communication op's outputs and completion.
+
+The sandbox's ``"prism"`` process group turns every call of the script into a
+:class:`CommRequest` and hands it to the active engine. An engine writes the outputs (now or
+later) and completes the returned future; the process group never blocks on its own.
+DDP waits on that future and never calls ``Work.wait()`` (notes/torch-facts.md), so an engine
+must complete futures by itself: immediately, or from its own thread.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+
+import torch
+
+from prism.graph.records import CommOp
+
+__all__ = ["GroupHandle", "CommRequest", "CommEngine", "ENGINE_NAMES"]
+
+ENGINE_NAMES = ("passthrough", "fake", "coordinator", "live", "recorded")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupHandle:
+    """A logical process group as this rank sees it."""
+
+    group_id: str
+    """c10d's group name: the same string on every rank for the same group."""
+    ranks: tuple[int, ...]
+    """Global ranks of the members in group-rank order."""
+    group_rank: int
+    desc: str = ""
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def global_rank(self) -> int:
+        return self.ranks[self.group_rank]
+
+    def to_group_rank(self, global_rank: int) -> int:
+        return self.ranks.index(global_rank)
+
+
+@dataclass(slots=True)
+class CommRequest:
+    """One communication op as the script issued it, in logical terms.
+
+    ``inputs`` and ``outputs`` are the script's own tensors; for in-place ops (all_reduce,
+    broadcast) they are the same objects. ``root``/``peer`` are *global* ranks.
+    """
+
+    op: CommOp
+    group: GroupHandle
+    inputs: list[torch.Tensor]
+    outputs: list[torch.Tensor]
+    reduce_op: str = ""
+    root: int = -1
+    peer: int = -1
+    tag: int = 0
+    in_splits: tuple[int, ...] = ()
+    out_splits: tuple[int, ...] = ()
+    flat: bool = False
+    """ALL_GATHER/REDUCE_SCATTER: one flat tensor instead of a list per rank (``*_into_tensor``)."""
+    coalesced: bool = False
+    """Several independent tensors in one call (``*_coalesced``): inputs[i] pairs with outputs[i]."""
+    seq: int = -1
+    """Filled by the process group: collective sequence in the group, or per-pair P2P sequence."""
+    extra: dict = field(default_factory=dict)
+
+
+class CommEngine(abc.ABC):
+    """Decides values and completion of every comm op of one rank."""
+
+    name: str = ""
+
+    def create_group(self, group: GroupHandle, store: object) -> None:  # noqa: B027
+        """Called once for each group this rank belongs to, in creation order."""
+
+    @abc.abstractmethod
+    def submit(self, request: CommRequest) -> torch.futures.Future:
+        """Start the op; the future completes (value: ``request.outputs``) when outputs are final."""
+
+    def shutdown(self) -> None:  # noqa: B027
+        """Release resources; called once when the rank's program ends."""

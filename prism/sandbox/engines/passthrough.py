@@ -1,0 +1,159 @@
+"""The ``passthrough`` engine: forward every op to a real gloo/NCCL group and only observe.
+
+Used by ``prism record``: all W ranks run as real processes, and each logical group of the script
+gets a real backend group built directly from the store c10d hands the ``"prism"`` creator
+(ProcessGroupGloo for CPU tensors; ProcessGroupNCCL for CUDA tensors unless the job asks for gloo,
+which is how several ranks share one GPU). Values and timing are the real backend's.
+
+Gloo lacks a few reduce ops; ``avg`` is executed as ``sum`` followed by a division by the group
+size (what NCCL does too), so the values match a real NCCL run up to rounding.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+import torch
+import torch.distributed as dist
+
+from prism.graph.records import CommOp
+
+from .base import CommEngine, CommRequest, GroupHandle
+
+__all__ = ["PassthroughEngine"]
+
+log = logging.getLogger(__name__)
+
+_REDUCE_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "avg": dist.ReduceOp.SUM,  # divided afterwards
+    "product": dist.ReduceOp.PRODUCT,
+    "min": dist.ReduceOp.MIN,
+    "max": dist.ReduceOp.MAX,
+    "band": dist.ReduceOp.BAND,
+    "bor": dist.ReduceOp.BOR,
+    "bxor": dist.ReduceOp.BXOR,
+}
+
+
+def _reduce_opts(cls, reduce_op: str, **kw):
+    if reduce_op not in _REDUCE_OPS:
+        raise ValueError(f"prism passthrough: reduce op {reduce_op!r} is not supported by the real backend")
+    opts = cls()
+    opts.reduceOp = _REDUCE_OPS[reduce_op]
+    for k, v in kw.items():
+        setattr(opts, k, v)
+    return opts
+
+
+class PassthroughEngine(CommEngine):
+    name = "passthrough"
+
+    def __init__(self, *, cuda_backend: str = "nccl", timeout_s: float = 300.0) -> None:
+        assert cuda_backend in ("nccl", "gloo")
+        self._cuda_backend = cuda_backend
+        self._timeout = datetime.timedelta(seconds=timeout_s)
+        self._gloo: dict[str, dist.ProcessGroupGloo] = {}
+        self._nccl: dict[str, object] = {}
+        self._stores: dict[str, object] = {}
+
+    def create_group(self, group: GroupHandle, store) -> None:
+        self._stores[group.group_id] = store
+        self._gloo[group.group_id] = dist.ProcessGroupGloo(
+            dist.PrefixStore("gloo/", store), group.group_rank, group.size, self._timeout
+        )
+        if self._cuda_backend == "nccl" and torch.cuda.is_available():
+            opts = dist.ProcessGroupNCCL.Options()
+            opts._timeout = self._timeout
+            self._nccl[group.group_id] = dist.ProcessGroupNCCL(
+                dist.PrefixStore("nccl/", store), group.group_rank, group.size, opts
+            )
+
+    def _backend_for(self, req: CommRequest):
+        tensors = req.inputs or req.outputs
+        if tensors and tensors[0].is_cuda and req.group.group_id in self._nccl:
+            return self._nccl[req.group.group_id]
+        return self._gloo[req.group.group_id]
+
+    def submit(self, req: CommRequest) -> torch.futures.Future:
+        pg = self._backend_for(req)
+        works = self._start(pg, req)
+        futures = [w.get_future() for w in works]
+        done = torch.futures.collect_all(futures) if len(futures) != 1 else futures[0]
+        size = req.group.size
+
+        def finish(f):
+            f.value()  # re-raises a backend error into our future
+            if req.reduce_op == "avg" and req.op in (CommOp.ALL_REDUCE, CommOp.REDUCE_SCATTER, CommOp.REDUCE):
+                with torch.no_grad():
+                    for t in req.outputs:
+                        if t.is_floating_point() or t.is_complex():
+                            t.div_(size)
+                        else:
+                            t.floor_divide_(size)
+            return req.outputs
+
+        return done.then(finish)
+
+    def _start(self, pg, req: CommRequest) -> list:
+        op, g = req.op, req.group
+        me = g.group_rank
+        if op is CommOp.ALL_REDUCE:
+            return [pg.allreduce([t], _reduce_opts(dist.AllreduceOptions, req.reduce_op)) for t in req.inputs]
+        if op is CommOp.ALL_GATHER:
+            if req.flat:
+                return [pg._allgather_base(o, i) for o, i in zip(req.outputs, req.inputs, strict=True)]
+            if req.coalesced:
+                n = g.size
+                return [
+                    pg.allgather([req.outputs[k * n : (k + 1) * n]], [inp]) for k, inp in enumerate(req.inputs)
+                ]
+            return [pg.allgather([req.outputs], req.inputs)]
+        if op is CommOp.REDUCE_SCATTER:
+            opts = lambda: _reduce_opts(dist.ReduceScatterOptions, req.reduce_op)  # noqa: E731
+            if req.flat:
+                return [pg._reduce_scatter_base(o, i, opts()) for o, i in zip(req.outputs, req.inputs, strict=True)]
+            return [pg.reduce_scatter(req.outputs, [req.inputs], opts())]
+        if op is CommOp.ALL_TO_ALL:
+            if req.flat:
+                return [
+                    pg.alltoall_base(
+                        req.outputs[0], req.inputs[0], list(req.out_splits), list(req.in_splits), dist.AllToAllOptions()
+                    )
+                ]
+            return [pg.alltoall(req.outputs, req.inputs, dist.AllToAllOptions())]
+        if op is CommOp.BROADCAST:
+            opts = dist.BroadcastOptions()
+            opts.rootRank = g.to_group_rank(req.root)
+            opts.rootTensor = 0
+            return [pg.broadcast([t], opts) for t in req.inputs]
+        if op is CommOp.REDUCE:
+            opts = _reduce_opts(dist.ReduceOptions, req.reduce_op, rootRank=g.to_group_rank(req.root), rootTensor=0)
+            return [pg.reduce(req.inputs, opts)]
+        if op is CommOp.GATHER:
+            opts = dist.GatherOptions()
+            opts.rootRank = g.to_group_rank(req.root)
+            outs = [req.outputs] if req.root == g.global_rank else []
+            return [pg.gather(outs, req.inputs, opts)]
+        if op is CommOp.SCATTER:
+            opts = dist.ScatterOptions()
+            opts.rootRank = g.to_group_rank(req.root)
+            ins = [req.inputs] if req.root == g.global_rank else []
+            return [pg.scatter(req.outputs, ins, opts)]
+        if op is CommOp.BARRIER:
+            return [pg.barrier(dist.BarrierOptions())]
+        if op is CommOp.SEND:
+            return [pg.send(req.inputs, g.to_group_rank(req.peer), req.tag)]
+        if op is CommOp.RECV:
+            return [pg.recv(req.outputs, g.to_group_rank(req.peer), req.tag)]
+        raise AssertionError(f"unhandled op {op} (rank {me})")
+
+    def shutdown(self) -> None:
+        for pg in list(self._nccl.values()):
+            try:
+                pg.shutdown()
+            except Exception:  # noqa: BLE001 - best effort at exit
+                log.debug("nccl shutdown failed", exc_info=True)
+        self._gloo.clear()
+        self._nccl.clear()

@@ -1,0 +1,236 @@
+"""The recorder: turns what one rank did into PrismTrace nodes.
+
+Every comm op becomes a node with a stable identity (group + sequence; src/dst + per-pair
+sequence), its shapes, dtype, bytes, reduce op, async flag and call site. Compute spans are the
+intervals between comm boundaries on the rank's own clock (``perf_counter_ns`` on CPU; on CUDA the
+boundary first synchronises the current stream so the span covers the kernels). Iteration
+boundaries come from ``torch.optim.Optimizer.step`` (a global post hook) or ``prism.mark_step()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+from prism.graph.records import CommOp, GroupInfo, Node, NodeKind, RankSummary
+
+from .engines.base import CommRequest, GroupHandle
+
+__all__ = ["Recorder", "dtype_short", "RankRecord"]
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float64: "f64",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.int16: "i16",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+    torch.bool: "bool",
+    torch.complex64: "c64",
+}
+
+
+def dtype_short(dtype: torch.dtype) -> str:
+    return _DTYPES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_PRISM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_C10D_FILE = "distributed_c10d.py"
+
+
+def _call_site_and_async(default_async: bool) -> tuple[str, bool]:
+    """The first frame outside torch and prism, and c10d's ``async_op`` if a c10d frame is on the stack."""
+    frame = sys._getframe(3)
+    site = ""
+    is_async = default_async
+    seen_c10d = False
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not seen_c10d and filename.endswith(_C10D_FILE) and "async_op" in frame.f_locals:
+            is_async = bool(frame.f_locals["async_op"])
+            seen_c10d = True
+        if not filename.startswith((_TORCH_DIR, _PRISM_DIR)) and not filename.startswith("<"):
+            site = f"{os.path.basename(filename)}:{frame.f_lineno}"
+            break
+        frame = frame.f_back
+    return site, is_async
+
+
+@dataclasses.dataclass
+class RankRecord:
+    """What one rank hands back to the launcher (pickled)."""
+
+    rank: int
+    world_size: int
+    nodes: list[Node]
+    groups: list[GroupInfo]
+    summary: RankSummary
+    engine: str
+
+
+class Recorder:
+    """Records one rank. Thread-safe: completion callbacks arrive on backend threads."""
+
+    def __init__(self, rank: int, world_size: int, *, sync_cuda: bool = False) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self._sync_cuda = sync_cuda
+        self._lock = threading.Lock()
+        self._nodes: list[dict] = []
+        self._groups: dict[str, GroupInfo] = {}
+        self._t0 = time.perf_counter_ns()
+        self._last_boundary = self._t0
+        self._step = 0
+        self._step_start = self._t0
+        self._step_times: list[int] = []
+        self._losses: list[float] = []
+        self._pending_loss: list[torch.Tensor] = []
+        self._reported_loss: float | None = None
+        self._end_ns: dict[int, int] = {}
+
+    # -- clock --------------------------------------------------------------------------------
+    def _now(self) -> int:
+        return time.perf_counter_ns() - self._t0
+
+    def _boundary(self) -> int:
+        """Close the current compute span; returns the boundary time."""
+        if self._sync_cuda and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.current_stream().synchronize()
+        now = time.perf_counter_ns()
+        span = now - self._last_boundary
+        if span > 0:
+            self._nodes.append(
+                {
+                    "kind": NodeKind.COMPUTE,
+                    "start_ns": self._last_boundary - self._t0,
+                    "duration_ns": span,
+                    "step": self._step,
+                }
+            )
+        self._last_boundary = now
+        return now - self._t0
+
+    # -- comm observer (called by the process group) ---------------------------------------
+    def on_group(self, group: GroupHandle) -> None:
+        with self._lock:
+            self._groups[group.group_id] = GroupInfo(group.group_id, group.ranks, group.desc)
+
+    def on_issue(self, req: CommRequest) -> int:
+        site, is_async = _call_site_and_async(default_async=True)
+        tensors = req.inputs if req.op is not CommOp.RECV else req.outputs
+        node: dict = {
+            "op": req.op,
+            "group_id": req.group.group_id,
+            "seq": req.seq,
+            "tag": req.tag,
+            "size_bytes": sum(t.numel() * t.element_size() for t in tensors),
+            "dtype": dtype_short(tensors[0].dtype) if tensors else "",
+            "shapes": tuple(tuple(t.shape) for t in tensors),
+            "reduce_op": req.reduce_op,
+            "is_async": is_async,
+            "call_site": site,
+            "in_splits": req.in_splits,
+            "out_splits": req.out_splits,
+        }
+        if req.op in (CommOp.SEND, CommOp.RECV):
+            node["kind"] = NodeKind.SEND if req.op is CommOp.SEND else NodeKind.RECV
+            node["peer"] = req.peer
+        else:
+            node["kind"] = NodeKind.COLLECTIVE
+            node["peer"] = req.root
+            if req.op in (CommOp.ALL_GATHER, CommOp.ALL_TO_ALL, CommOp.REDUCE_SCATTER, CommOp.GATHER, CommOp.SCATTER):
+                out_shapes = tuple(tuple(t.shape) for t in req.outputs)
+                if out_shapes != node["shapes"]:
+                    node["out_shapes"] = out_shapes
+        with self._lock:
+            node["start_ns"] = self._boundary()
+            node["step"] = self._step
+            self._nodes.append(node)
+            token = len(self._nodes) - 1
+        return token
+
+    def on_complete(self, token: int) -> None:
+        end = self._now()
+        with self._lock:
+            self._end_ns[token] = end
+
+    def on_wait(self, token: int) -> Callable[[], None]:
+        with self._lock:
+            start = self._boundary()
+            self._nodes.append({"kind": NodeKind.WAIT, "target": token, "start_ns": start, "step": self._step})
+            wait_index = len(self._nodes) - 1
+
+        def done() -> None:
+            with self._lock:
+                end = self._now()
+                self._nodes[wait_index]["duration_ns"] = end - start
+                self._last_boundary = end + self._t0
+
+        return done
+
+    # -- iterations and reports ----------------------------------------------------------------
+    def on_backward_root(self, tensors) -> None:
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and t.dim() == 0 and t.is_floating_point():
+                self._pending_loss.append(t.detach())
+
+    def report(self, loss=None) -> None:
+        if loss is not None:
+            self._reported_loss = float(loss.detach().float().item() if isinstance(loss, torch.Tensor) else loss)
+
+    def mark_step(self) -> None:
+        with self._lock:
+            now = self._boundary()
+            self._nodes.append({"kind": NodeKind.MARK, "mark": "step_end", "start_ns": now, "step": self._step})
+            self._step_times.append(now + self._t0 - self._step_start)
+            self._step_start = now + self._t0
+            if self._reported_loss is not None:
+                self._losses.append(self._reported_loss)
+            elif self._pending_loss:
+                self._losses.append(float(sum(t.float().item() for t in self._pending_loss)))
+            else:
+                self._losses.append(float("nan"))
+            self._pending_loss.clear()
+            self._reported_loss = None
+            self._step += 1
+            self._last_boundary = time.perf_counter_ns()
+
+    # -- result -------------------------------------------------------------------------------
+    def finish(self, *, peak_memory_bytes: int, memory_source: str, engine: str, exit_code: int = 0) -> RankRecord:
+        with self._lock:
+            self._boundary()
+            nodes = []
+            for i, n in enumerate(self._nodes):
+                fields = dict(n)
+                if i in self._end_ns and fields.get("kind") in (NodeKind.COLLECTIVE, NodeKind.SEND, NodeKind.RECV):
+                    fields["duration_ns"] = self._end_ns[i] - fields["start_ns"]
+                nodes.append(Node(rank=self.rank, index=i, **fields))
+            summary = RankSummary(
+                rank=self.rank,
+                losses=tuple(self._losses),
+                step_times_ns=tuple(self._step_times),
+                peak_memory_bytes=peak_memory_bytes,
+                memory_source=memory_source,
+                exit_code=exit_code,
+            )
+            return RankRecord(
+                rank=self.rank,
+                world_size=self.world_size,
+                nodes=nodes,
+                groups=list(self._groups.values()),
+                summary=summary,
+                engine=engine,
+            )

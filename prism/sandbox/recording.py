@@ -1,0 +1,54 @@
+"""``prism record``: the real job, all W ranks, every rank under the shim with ``passthrough``.
+
+This is the ground truth every fidelity claim is compared with (DESIGN §10), recorded by the
+same recorder that the other modes use.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from prism.core.config import JobConfig
+from prism.core.rundir import RunDir
+from prism.graph.io import write_graph
+from prism.graph.records import Graph
+
+from .launch import LaunchOptions, assemble_graph, launch_ranks
+from .recorder import RankRecord
+
+__all__ = ["record_job", "walk_rank"]
+
+log = logging.getLogger(__name__)
+
+
+def record_job(
+    job: JobConfig,
+    run_dir: str | Path,
+    *,
+    timeout_s: float = 600.0,
+    cuda_backend: str = "nccl",
+    on_progress: Callable[[int, int], None] | None = None,
+) -> Graph:
+    """Run the real job and write RUN/job.yaml and RUN/graph/real/."""
+    run = RunDir(Path(run_dir))
+    run.root.mkdir(parents=True, exist_ok=True)
+    run.save_job(job)
+    records = launch_ranks(
+        job,
+        LaunchOptions(engine="passthrough", timeout_s=timeout_s, cuda_backend=cuda_backend, log_dir=str(run.logs)),
+        on_progress=on_progress,
+    )
+    graph = assemble_graph(job, records, kind="real")
+    write_graph(graph, run.graph_dir("real"))
+    log.info("recorded %d ranks of %s into %s", job.world_size, job.name, run.graph_dir("real"))
+    return graph
+
+
+def walk_rank(job: JobConfig, rank: int, *, engine: str = "fake", timeout_s: float = 600.0) -> RankRecord:
+    """Run logical rank ``rank`` alone (no peers) under ``engine``; return what it did."""
+    if not 0 <= rank < job.world_size:
+        raise ValueError(f"rank {rank} is outside 0-{job.world_size - 1}")
+    (record,) = launch_ranks(job, LaunchOptions(engine=engine, ranks=(rank,), timeout_s=timeout_s))
+    return record
