@@ -23,8 +23,8 @@ def parse_args():
     p.add_argument("--dim", type=int, default=32)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=4)
-    # 16k float32 elements per bucket: the model below has ~25k parameters, so >= 2 buckets.
-    p.add_argument("--bucket-cap-mb", type=float, default=0.0625)
+    # ~16 KiB per bucket: the model below has ~67 KB of parameters, so several buckets.
+    p.add_argument("--bucket-cap-mb", type=float, default=0.016)
     return p.parse_args()
 
 

@@ -19,7 +19,8 @@ import yaml
 
 from .errors import ConfigError
 
-__all__ = ["JobConfig", "Iterations", "Parallelism", "load_job", "job_from_dict", "job_to_dict"]
+__all__ = ["JobConfig", "Iterations", "Parallelism", "ValuesPolicy", "CommInputs", "load_job", "job_from_dict",
+           "job_to_dict"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,6 +48,31 @@ class Parallelism:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ValuesPolicy:
+    """Which comm payloads ``prism collect`` stores in RUN/payloads (docs/job-file-collect.md)."""
+
+    record: str = "small"
+    """``small``: outputs of at most ``small_max_bytes`` always (control flow: dataloader status,
+    token ids, MoE split sizes, loss-scale flags), larger ones for ``ranks``; ``none``: nothing."""
+    small_max_bytes: int = 65536
+    """Size limit of an op's outputs (per rank) that is always recorded."""
+    ranks: str = ""
+    """Rank ranges (``0-3,8``) whose outputs of any size, and inputs, are recorded too."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CommInputs:
+    """Where ``prism collect`` takes the values of comm ops from (paper §5.2)."""
+
+    source: str = "context_switch"
+    """``context_switch``: run all ranks on the slots, values from the CPU collective executor.
+    ``recorded``: every rank runs alone, in rounds of ``slots``, and each comm op returns the output
+    recorded by an earlier collection (``run``, collected with ``values.ranks`` covering every rank)."""
+    run: str = ""
+    """``recorded``: the earlier run directory (relative paths resolve against the job file)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class JobConfig:
     name: str
     """A short name for the job, used in reports and run directory names."""
@@ -67,6 +93,10 @@ class JobConfig:
     """When given, dp*tp*pp*cp must equal world_size."""
     slots: int = 1
     """K, the number of physical slots (devices, or process budget on CPU) prism may use."""
+    values: ValuesPolicy = field(default_factory=ValuesPolicy)
+    """Payload recording policy of ``prism collect``."""
+    comm_inputs: CommInputs = field(default_factory=CommInputs)
+    """Value source of ``prism collect``."""
     base_dir: str = "."
     """Directory the job file was loaded from (not a YAML key): relative paths resolve here."""
 
@@ -175,6 +205,23 @@ def _check(job: JobConfig) -> None:
             )
         if (p.dp * p.tp) % p.ep:
             raise ConfigError("parallelism.ep", f"ep={p.ep} must divide dp*tp={p.dp * p.tp}")
+    if job.values.record not in ("small", "none"):
+        raise ConfigError("values.record", f"must be 'small' or 'none', got {job.values.record!r}")
+    _positive("values.small_max_bytes", job.values.small_max_bytes, allow_zero=True)
+    if job.values.ranks:
+        from .ranks import parse_rank_ranges
+
+        try:
+            parse_rank_ranges(job.values.ranks, job.world_size)
+        except ConfigError:
+            raise
+        except ValueError as e:
+            raise ConfigError("values.ranks", str(e)) from e
+    if job.comm_inputs.source not in ("context_switch", "recorded"):
+        raise ConfigError("comm_inputs.source",
+                          f"must be 'context_switch' or 'recorded', got {job.comm_inputs.source!r}")
+    if job.comm_inputs.source == "recorded" and not job.comm_inputs.run:
+        raise ConfigError("comm_inputs.run", "comm_inputs.source 'recorded' needs the run directory to read")
     if not job.is_module and not job.script_path.is_file():
         raise ConfigError("entrypoint", f"script not found: {job.script_path}")
     assert math.isfinite(job.world_size)
@@ -214,4 +261,7 @@ def job_to_dict(job: JobConfig) -> dict[str, Any]:
     out["args"] = list(job.args)
     if job.parallelism is None:
         out.pop("parallelism")
+    for key, default in (("values", ValuesPolicy()), ("comm_inputs", CommInputs())):
+        if getattr(job, key) == default:
+            out.pop(key)
     return out

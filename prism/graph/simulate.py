@@ -149,11 +149,18 @@ def estimate_transfers(graph: Graph) -> Transfers:
                 sends[_message_key(n)] = n
             elif kind is _RECV:
                 recvs[_message_key(n)] = n
+    shared_clock = graph.meta.get("clock") == "shared"
     msgs: dict[tuple[int, int, str, int], int] = {}
     for key, s in sends.items():
         r = recvs.get(key)
-        if r is not None and r.start_ns >= 0 and r.duration_ns >= 0 and s.start_ns >= 0:
+        if shared_clock and r is not None and r.duration_ns >= 0 and s.start_ns >= 0 and r.start_ns >= 0:
+            # One clock: the data arrived at the recv's end; it could not start before both sides
+            # had issued their halves.
             msgs[key] = max(0, r.start_ns + r.duration_ns - max(s.start_ns, r.start_ns))
+        elif r is not None and r.duration_ns >= 0 and s.duration_ns >= 0:
+            # Ranks keep their own clocks, so issue times of two ranks are not comparable; as for a
+            # collective, the side that arrived last waited least: its duration is the transfer.
+            msgs[key] = min(s.duration_ns, r.duration_ns)
         else:
             msgs[key] = max(0, s.duration_ns)
     return Transfers({k: max(0, v) for k, v in coll.items()}, msgs)

@@ -79,22 +79,27 @@ class RankRecord:
     groups: list[GroupInfo]
     summary: RankSummary
     engine: str
+    clock_origin_ns: int = 0
 
 
 class Recorder:
     """Records one rank. Thread-safe: completion callbacks arrive on backend threads."""
 
-    def __init__(self, rank: int, world_size: int, *, sync_cuda: bool = False) -> None:
+    def __init__(self, rank: int, world_size: int, *, sync_cuda: bool = False, clock_origin_ns: int = 0) -> None:
         self.rank = rank
         self.world_size = world_size
         self._sync_cuda = sync_cuda
         self._lock = threading.Lock()
         self._nodes: list[dict] = []
         self._groups: dict[str, GroupInfo] = {}
-        self._t0 = time.perf_counter_ns()
-        self._last_boundary = self._t0
+        now = time.perf_counter_ns()
+        # Times are offsets from the origin. A launcher on one host hands every rank the same
+        # origin on the shared monotonic clock, so times of different ranks are comparable.
+        self.clock_origin_ns = clock_origin_ns or now
+        self._t0 = self.clock_origin_ns
+        self._last_boundary = now
         self._step = 0
-        self._step_start = self._t0
+        self._step_start = now
         self._step_times: list[int] = []
         self._losses: list[float] = []
         self._pending_loss: list[torch.Tensor] = []
@@ -233,4 +238,5 @@ class Recorder:
                 groups=list(self._groups.values()),
                 summary=summary,
                 engine=engine,
+                clock_origin_ns=self.clock_origin_ns,
             )

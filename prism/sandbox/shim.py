@@ -14,11 +14,12 @@ import logging
 import os
 import runpy
 import sys
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
+
+from prism.core.workerspec import ShimConfig
 
 from . import backend as pg_backend
 from .engines.base import CommEngine
@@ -27,23 +28,6 @@ from .recorder import Recorder
 __all__ = ["ShimConfig", "Sandbox", "install", "run_entrypoint", "current_sandbox"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ShimConfig:
-    rank: int
-    world_size: int
-    local_rank: int = 0
-    """Physical device index of this slot (scripts pick their device with LOCAL_RANK)."""
-    ranks_per_node: int = 8
-    device: str = "cpu"
-    store_addr: str = ""
-    """``host:port`` of a TCPStore that some leader hosts; empty for an in-process HashStore."""
-    present_ranks: int = 0
-    """How many logical ranks really run with this store (0 = all W). Store barriers are completed
-    on behalf of the others by the leader (the lowest present rank)."""
-    is_store_leader: bool = False
-    timeout_s: float = 300.0
 
 
 class Sandbox:
@@ -145,7 +129,7 @@ def install(cfg: ShimConfig, engine: CommEngine) -> Sandbox:
     global _current
     assert _current is None, "the sandbox is installed once per process"
     os.environ.update(_logical_env(cfg))
-    recorder = Recorder(cfg.rank, cfg.world_size, sync_cuda=cfg.device == "cuda")
+    recorder = Recorder(cfg.rank, cfg.world_size, sync_cuda=cfg.device == "cuda", clock_origin_ns=cfg.clock_origin_ns)
     store = _make_store(cfg)
     pg_backend.set_context(
         pg_backend.SandboxContext(engine, recorder, world_size=cfg.world_size, rank=cfg.rank)

@@ -9,59 +9,28 @@ show it.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import logging
 import os
 import pickle
 import sys
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from prism.core.atomic import atomic_write_bytes, atomic_write_text
+from prism.core.workerspec import WorkerSpec, error_path, record_path
 
 from .engines.base import ENGINE_NAMES, CommEngine
 from .memory import MemoryMeter
 from .recorder import RankRecord
-from .shim import ShimConfig, install, run_entrypoint
+from .shim import install, run_entrypoint
 
-__all__ = ["WorkerSpec", "make_engine", "run_rank", "record_path", "error_path"]
+__all__ = ["make_engine", "run_rank", "main"]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class WorkerSpec:
-    shim: ShimConfig
-    engine: str
-    entrypoint: str
-    args: tuple[str, ...] = ()
-    cwd: str = "."
-    out_dir: str = "."
-    env: dict[str, str] = field(default_factory=dict)
-    cuda_backend: str = "nccl"
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
-
-    @staticmethod
-    def from_json(text: str) -> WorkerSpec:
-        data = json.loads(text)
-        data["shim"] = ShimConfig(**data["shim"])
-        data["args"] = tuple(data["args"])
-        return WorkerSpec(**data)
-
-
-def record_path(out_dir: str | Path, rank: int) -> Path:
-    return Path(out_dir) / f"rank-{rank:05d}.pkl"
-
-
-def error_path(out_dir: str | Path, rank: int) -> Path:
-    return Path(out_dir) / f"rank-{rank:05d}.error"
-
-
-def make_engine(name: str, *, cuda_backend: str = "nccl", timeout_s: float = 300.0) -> CommEngine:
+def make_engine(spec: WorkerSpec) -> CommEngine:
+    name, cuda_backend, timeout_s = spec.engine, spec.cuda_backend, spec.shim.timeout_s
     if name == "fake":
         from .engines.fake import FakeEngine
 
@@ -70,6 +39,11 @@ def make_engine(name: str, *, cuda_backend: str = "nccl", timeout_s: float = 300
         from .engines.passthrough import PassthroughEngine
 
         return PassthroughEngine(cuda_backend=cuda_backend, timeout_s=timeout_s)
+    if name == "coordinator":
+        from .engines.coordinator import CoordinatorEngine
+
+        opts = spec.engine_options
+        return CoordinatorEngine(address=opts["address"], token=opts.get("token", ""), rank=spec.shim.rank)
     if name in ENGINE_NAMES:
         raise ValueError(f"comm engine {name!r} is not available in this build")
     raise ValueError(f"unknown comm engine {name!r} (known: {', '.join(ENGINE_NAMES)})")
@@ -78,7 +52,7 @@ def make_engine(name: str, *, cuda_backend: str = "nccl", timeout_s: float = 300
 def run_rank(spec: WorkerSpec) -> RankRecord:
     """Install the sandbox, run the script, return the record. Raises what the script raises."""
     os.environ.update(spec.env)
-    engine = make_engine(spec.engine, cuda_backend=spec.cuda_backend, timeout_s=spec.shim.timeout_s)
+    engine = make_engine(spec)
     sandbox = install(spec.shim, engine)
     meter = MemoryMeter(spec.shim.device)
     try:

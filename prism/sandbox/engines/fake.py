@@ -64,8 +64,10 @@ def _fill(req: CommRequest) -> None:
             req.outputs[0].zero_()
         return
     if op is CommOp.RECV:
+        # Ones, not zeros: a received flag or vote reads "yes" (pipelining's static-shape vote is
+        # a product of ones), a received count is small and non-zero.
         for t in req.outputs:
-            t.zero_()
+            t.fill_(1)
         return
     raise AssertionError(f"unhandled op {op}")
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import datetime
 import logging
+import queue
+import threading
 
 import torch
 import torch.distributed as dist
@@ -57,6 +59,8 @@ class PassthroughEngine(CommEngine):
         self._gloo: dict[str, dist.ProcessGroupGloo] = {}
         self._nccl: dict[str, object] = {}
         self._stores: dict[str, object] = {}
+        self._waits: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._wait_loop, name="prism-passthrough-wait", daemon=True).start()
 
     def create_group(self, group: GroupHandle, store) -> None:
         self._stores[group.group_id] = store
@@ -79,7 +83,7 @@ class PassthroughEngine(CommEngine):
     def submit(self, req: CommRequest) -> torch.futures.Future:
         pg = self._backend_for(req)
         works = self._start(pg, req)
-        futures = [w.get_future() for w in works]
+        futures = [self._future_of(w) for w in works]
         done = torch.futures.collect_all(futures) if len(futures) != 1 else futures[0]
         size = req.group.size
 
@@ -95,6 +99,29 @@ class PassthroughEngine(CommEngine):
             return req.outputs
 
         return done.then(finish)
+
+    def _future_of(self, work) -> torch.futures.Future:
+        try:
+            return work.get_future()
+        except RuntimeError:
+            # Some gloo works (e.g. _allgather_base) have no future: wait for them in order on a
+            # helper thread, so completion is still driven by the backend and not by Work.wait().
+            future: torch.futures.Future = torch.futures.Future()
+            self._waits.put((work, future))
+            return future
+
+    def _wait_loop(self) -> None:
+        while True:
+            item = self._waits.get()
+            if item is None:
+                return
+            work, future = item
+            try:
+                work.wait()
+            except Exception as e:  # noqa: BLE001 - handed to the waiter
+                future.set_exception(e)
+            else:
+                future.set_result(None)
 
     def _start(self, pg, req: CommRequest) -> list:
         op, g = req.op, req.group
@@ -150,6 +177,7 @@ class PassthroughEngine(CommEngine):
         raise AssertionError(f"unhandled op {op} (rank {me})")
 
     def shutdown(self) -> None:
+        self._waits.put(None)
         for pg in list(self._nccl.values()):
             try:
                 pg.shutdown()

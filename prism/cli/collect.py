@@ -1,0 +1,47 @@
+"""Run all W logical ranks of the job on K slots (context switching) and write RUN/graph/bare."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from prism.coordinator import CollectOptions, CollectProgress, collect_job
+from prism.core.config import load_job
+
+from .report import print_run_table
+
+HELP = "collect the bare graph of the job on K slots"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--job", required=True, help="job.yaml")
+    p.add_argument("--out", required=True, help="run directory to write")
+    p.add_argument("--slots", type=int, default=None, help="K, the number of slots (default: the job's slots)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds before the run is stopped")
+    p.add_argument("--bind", default="127.0.0.1:0",
+                   help="address the coordinator listens on (0.0.0.0:PORT for workers on other nodes)")
+    p.add_argument("--token", default="", help="shared secret every worker must present (multi-node)")
+    p.add_argument("--json", action="store_true", help="print the collection figures as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    job = load_job(args.job)
+    options = CollectOptions(slots=args.slots, timeout_s=args.timeout, bind=args.bind, token=args.token)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("ranks"),
+                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=Console(stderr=True)) as bar:
+        task = bar.add_task(f"collect {job.name}", total=job.world_size, detail="")
+
+        def update(p: CollectProgress) -> None:
+            bar.update(task, completed=p.ranks_finished,
+                       detail=f"{p.collectives_resolved} collectives, {p.num_swaps} swaps")
+
+        result = collect_job(job, args.out, options, on_progress=update)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        print_run_table(result.graph, title=f"{job.name}: collected on {result.num_slots} slots, W={job.world_size}, "
+                                             f"{result.num_context_switches} context switches, {result.wall_s:.1f} s")
+    return 0

@@ -1,0 +1,174 @@
+"""``prism collect``: run all W logical ranks of a job on K slots and write the bare graph.
+
+The coordinator serves the run over gRPC, starts a rank worker (``prism.sandbox.worker`` with the
+``coordinator`` engine) when the scheduler first grants that rank a slot, and watches the
+processes with a :class:`~prism.core.supervise.Supervisor`: a rank that raises stops the run
+with its traceback; a state where no rank can run but comm ops wait stops it with a report of
+every rank's pending op. On success RUN/graph/bare/ holds the graph and RUN/payloads/ the
+recorded values.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from prism.core.config import JobConfig
+from prism.core.errors import PrismError, RankFailedError
+from prism.core.rundir import RunDir
+from prism.core.supervise import Supervisor, package_env
+from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec
+from prism.graph.io import write_graph
+from prism.graph.records import Graph
+from prism.rpc import CoordinatorServer
+
+from .cuda_checkpoint import ContextSwitcher, make_switcher
+from .payloads import PayloadPolicy, PayloadStore
+from .recorded import RecordedValues
+from .records import assemble_bare_graph, read_record
+from .state import RunState
+
+__all__ = ["CollectOptions", "CollectProgress", "CollectResult", "collect_job"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CollectOptions:
+    slots: int | None = None
+    """K; None = the job's ``slots``."""
+    timeout_s: float = 1800.0
+    bind: str = "127.0.0.1:0"
+    token: str = ""
+    address: str = ""
+    """What workers dial (default: the bound address)."""
+    switcher: ContextSwitcher | None = None
+    """None = by the job's device (CUDA checkpoint on cuda, counted no-ops on cpu)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CollectProgress:
+    ranks_finished: int
+    world_size: int
+    collectives_resolved: int
+    num_swaps: int
+    elapsed_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class CollectResult:
+    graph: Graph
+    wall_s: float
+    num_slots: int
+    num_context_switches: int
+    num_grants: int
+    num_collectives: int
+    num_p2p: int
+    max_active: int
+    swaps: dict
+    payload_bytes: int
+
+    def as_dict(self) -> dict:
+        return {"wall_s": self.wall_s, "num_slots": self.num_slots, "num_context_switches": self.num_context_switches,
+                "num_grants": self.num_grants, "num_collectives": self.num_collectives, "num_p2p": self.num_p2p,
+                "max_active": self.max_active, "swaps": self.swaps, "payload_bytes": self.payload_bytes}
+
+
+def _spec(job: JobConfig, rank: int, *, out_dir: Path, timeout_s: float, options: dict[str, str]) -> WorkerSpec:
+    shim = ShimConfig(
+        rank=rank, world_size=job.world_size,
+        # Every slot of a one-device collection is device 0; on CPU the usual node-local index.
+        local_rank=0 if job.device == "cuda" else rank % job.ranks_per_node,
+        ranks_per_node=job.ranks_per_node, device=job.device,
+        store_addr="", present_ranks=1, is_store_leader=True, timeout_s=timeout_s,
+    )
+    return WorkerSpec(
+        shim=shim, engine="coordinator",
+        entrypoint=job.entrypoint if job.is_module else str(job.script_path), args=job.args,
+        cwd=job.base_dir if job.is_module else str(job.script_path.parent), out_dir=str(out_dir),
+        env=dict(job.env), cuda_backend="gloo", engine_options=options,
+    )
+
+
+def collect_job(job: JobConfig, run_dir: str | Path, options: CollectOptions | None = None, *,
+                on_progress: Callable[[CollectProgress], None] | None = None) -> CollectResult:
+    """Collect the bare graph of ``job`` into ``run_dir`` (RUN/graph/bare, RUN/payloads)."""
+    options = options or CollectOptions()
+    num_slots = options.slots or job.slots
+    run = RunDir(Path(run_dir))
+    run.root.mkdir(parents=True, exist_ok=True)
+    run.save_job(job)
+    if run.payloads.exists():
+        shutil.rmtree(run.payloads)
+    switcher = options.switcher or make_switcher(job.device)
+    store = PayloadStore(run.payloads)
+    recorded = None
+    if job.comm_inputs.source == "recorded":
+        source = Path(job.base_dir) / job.comm_inputs.run
+        if source.resolve() == run.root.resolve():
+            raise PrismError(f"comm_inputs.run: {source} is the run being written; collect into another directory")
+        recorded = RecordedValues(source)
+    state = RunState(job.world_size, num_slots, switcher=switcher, payloads=store,
+                     policy=PayloadPolicy.from_config(job.values, job.world_size), recorded=recorded)
+    work = Path(tempfile.mkdtemp(prefix="prism-collect-"))
+    server = CoordinatorServer(state, bind=options.bind, token=options.token, max_workers=job.world_size + 16)
+    engine_options = {"address": options.address or server.address, "token": options.token}
+    env = package_env()
+    started = time.monotonic()
+    deadline = started + options.timeout_s
+    try:
+        with Supervisor(error_dir=work, log_dir=run.logs) as sup:
+            while not state.all_finished():
+                for rank, _slot in state.take_spawns():
+                    path = work / f"spec-{rank:05d}.json"
+                    path.write_text(_spec(job, rank, out_dir=work, timeout_s=options.timeout_s,
+                                          options=engine_options).to_json())
+                    sup.start(rank, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)], env)
+                _poll(sup, state)
+                if state.error is not None:
+                    raise state.error
+                err = state.check_deadlock()
+                if err is not None:
+                    raise err
+                if on_progress:
+                    on_progress(CollectProgress(state.num_finished(), job.world_size, state.stats.num_collectives,
+                                                switcher.stats.num_swaps_out, time.monotonic() - started))
+                if time.monotonic() > deadline:
+                    raise PrismError(f"collect timed out after {options.timeout_s:.0f} s\n"
+                                     + state.pending_report())
+                time.sleep(0.02)
+    finally:
+        state.stop("the run was stopped")
+        server.stop()
+    wall_s = time.monotonic() - started
+    records = [read_record(work, r) for r in range(job.world_size)]
+    store.write_index()
+    meta = {"slots": str(num_slots), "num_context_switches": str(state.stats.num_context_switches),
+            "switcher": switcher.kind, "comm_inputs": job.comm_inputs.source}
+    graph = assemble_bare_graph(job, records, store=store, meta=meta)
+    write_graph(graph, run.graph_dir("bare"))
+    shutil.rmtree(work, ignore_errors=True)
+    log.info("collected %d ranks of %s on %d slots in %.1f s", job.world_size, job.name, num_slots, wall_s)
+    return CollectResult(
+        graph=graph, wall_s=wall_s, num_slots=num_slots, num_context_switches=state.stats.num_context_switches,
+        num_grants=state.stats.num_grants, num_collectives=state.stats.num_collectives,
+        num_p2p=state.stats.num_p2p, max_active=state.max_active, swaps=switcher.stats.as_dict(),
+        payload_bytes=store.num_bytes_written,
+    )
+
+
+def _poll(sup: Supervisor, state: RunState) -> None:
+    try:
+        done = sup.poll()
+    except RankFailedError as e:
+        if state.error is not None:  # the rank died of the run's error: report the cause
+            raise state.error from e
+        raise
+    for rank in done:
+        state.on_exit(rank)

@@ -1,0 +1,96 @@
+"""Recorded comm payloads: RUN/payloads/<sha256>.safetensors, content-addressed, plus an index.
+
+A payload is the list of tensors one rank received from one comm op (its outputs), or, for the
+ranks named in ``values.ranks``, what it handed in (its inputs, for later compensation). Equal
+contents are stored once (every rank of an all-reduce receives the same bytes). The index
+``RUN/payloads/index.json`` maps ``"<rank>/<group_id>/<seq>/<kind>"`` to
+``{"outputs": hash, "inputs": hash}``; the output hash is also the graph node's ``payload``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from prism.core.atomic import atomic_write_text
+from prism.core.config import ValuesPolicy
+from prism.core.ranks import parse_rank_ranges
+
+__all__ = ["PayloadPolicy", "PayloadStore", "payload_hash", "load_payload", "op_key"]
+
+
+def op_key(rank: int, group_id: str, seq: int, kind: str) -> str:
+    """``kind``: the graph node kind (COLLECTIVE, SEND, RECV)."""
+    return f"{rank}/{group_id}/{seq}/{kind}"
+
+
+def payload_hash(tensors: Sequence[torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        c = t.detach().contiguous().reshape(-1)
+        h.update(f"{c.dtype}|{tuple(t.shape)}|".encode())
+        h.update(c.view(torch.uint8).numpy().tobytes() if c.numel() else b"")
+    return h.hexdigest()
+
+
+def load_payload(directory: str | Path, digest: str) -> list[torch.Tensor]:
+    data = load_file(str(Path(directory) / f"{digest}.safetensors"))
+    return [data[str(i)] for i in range(len(data))]
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadPolicy:
+    enabled: bool
+    small_max_bytes: int
+    full_ranks: frozenset[int]
+
+    @staticmethod
+    def from_config(values: ValuesPolicy, world_size: int) -> PayloadPolicy:
+        ranks = parse_rank_ranges(values.ranks, world_size) if values.ranks else ()
+        return PayloadPolicy(values.record != "none", values.small_max_bytes, frozenset(ranks))
+
+    def keep_outputs(self, rank: int, size_bytes: int) -> bool:
+        return self.enabled and (size_bytes <= self.small_max_bytes or rank in self.full_ranks)
+
+    def keep_inputs(self, rank: int) -> bool:
+        return self.enabled and rank in self.full_ranks
+
+
+class PayloadStore:
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self._lock = threading.Lock()
+        self._known: set[str] = set()
+        self.index: dict[str, dict[str, str]] = {}
+        self.num_bytes_written = 0
+
+    def put(self, tensors: Sequence[torch.Tensor]) -> str:
+        digest = payload_hash(tensors)
+        with self._lock:
+            if digest in self._known:
+                return digest
+            self._known.add(digest)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"{digest}.safetensors"
+        tmp = path.with_suffix(".tmp")
+        save_file({str(i): t.detach().contiguous().clone() for i, t in enumerate(tensors)}, str(tmp))
+        tmp.replace(path)
+        with self._lock:
+            self.num_bytes_written += path.stat().st_size
+        return digest
+
+    def note(self, key: str, what: str, digest: str) -> None:
+        with self._lock:
+            self.index.setdefault(key, {})[what] = digest
+
+    def write_index(self) -> None:
+        if self.index:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.directory / "index.json", json.dumps(self.index, indent=0, sort_keys=True))

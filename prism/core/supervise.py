@@ -1,0 +1,140 @@
+"""Start and watch a set of worker processes; the first failure stops them all.
+
+Workers run in their own sessions and die with the supervisor (PR_SET_PDEATHSIG, set between
+fork and exec), so no orphan survives even a SIGKILL of the supervisor. A failing worker's
+traceback is read from its error file (``workerspec.error_path``) or, failing that, the tail of
+its log.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .errors import RankFailedError
+from .workerspec import error_path
+
+__all__ = ["Supervisor", "package_env"]
+
+log = logging.getLogger(__name__)
+
+
+def _die_with_supervisor() -> None:
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def package_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a worker: ours, plus ``extra``, with this prism importable."""
+    env = dict(os.environ)
+    env.update(extra or {})
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+class Supervisor:
+    """Owns worker processes keyed by logical rank."""
+
+    def __init__(self, *, error_dir: str | Path, log_dir: str | Path) -> None:
+        self.error_dir = Path(error_dir)
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.procs: dict[int, subprocess.Popen] = {}
+        self._logs: list = []
+
+    def start(self, rank: int, argv: Sequence[str], env: dict[str, str]) -> subprocess.Popen:
+        log_file = open(self.log_dir / f"rank-{rank:05d}.log", "wb")  # noqa: SIM115 - closed in close()
+        self._logs.append(log_file)
+        proc = subprocess.Popen(
+            list(argv), env=env, stdout=log_file, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=_die_with_supervisor,
+        )
+        self.procs[rank] = proc
+        return proc
+
+    def failure_text(self, rank: int, code: int) -> str:
+        err = error_path(self.error_dir, rank)
+        if err.exists():
+            return err.read_text()
+        log_file = self.log_dir / f"rank-{rank:05d}.log"
+        tail = log_file.read_text(errors="replace")[-4000:] if log_file.exists() else ""
+        reason = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        return f"{reason}; last output:\n{tail}" if tail else reason
+
+    def poll(self) -> list[int]:
+        """Ranks that finished successfully since the last call; raises on the first failure."""
+        done = []
+        for rank, p in list(self.procs.items()):
+            code = p.poll()
+            if code is None:
+                continue
+            del self.procs[rank]
+            if code != 0:
+                text = self.failure_text(rank, code)
+                self.kill_all()
+                raise RankFailedError(rank, text, exit_code=code)
+            done.append(rank)
+        return done
+
+    def wait_all(
+        self,
+        *,
+        timeout_s: float,
+        on_done: Callable[[int], None] | None = None,
+        tick: Callable[[], None] | None = None,
+        interval_s: float = 0.02,
+    ) -> None:
+        """Until every process has exited; raises on failure or timeout (after killing all)."""
+        deadline = time.monotonic() + timeout_s
+        while self.procs:
+            time.sleep(interval_s)
+            for rank in self.poll():
+                if on_done:
+                    on_done(rank)
+            if tick:
+                tick()
+            if time.monotonic() > deadline and self.procs:
+                stuck = sorted(self.procs)
+                self.kill_all()
+                raise RankFailedError(stuck[0], f"timed out after {timeout_s:.0f} s; ranks still running: {stuck}")
+
+    def kill_all(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 3
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        self.procs.clear()
+
+    def close(self) -> None:
+        self.kill_all()
+        for f in self._logs:
+            f.close()
+        self._logs.clear()
+
+    def __enter__(self) -> Supervisor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

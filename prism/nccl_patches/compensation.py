@@ -1,0 +1,366 @@
+"""What a neighbor vrank sends, from recorded data; and what the collector must record for it.
+
+Exactness (docs/pruned-collectives.md has the full argument):
+
+* **Exact-order prefixes.** A vrank that feeds a reduce step into a sandbox block sends the
+  *recorded partial* the real predecessor would have sent: the fold, in prism's ring order and in
+  the tensor's dtype, of every rank from the chunk's start up to that predecessor. The collector
+  computes it from all ranks' inputs (:func:`record_for_sandbox`). The sandbox block then folds its
+  own inputs exactly as the collector did, so for unchanged inputs the result is the collected one
+  bit for bit, and for changed inputs it is the real ring's result for those inputs.
+* **Tree.** A vrank child of a sandbox node sends its recorded subtree partial (tree order), so a
+  sandbox root rebuilds the recorded tree-order total ``A_rec`` bit for bit; because the collector
+  reduces in ring order, the root then *selects*, element by element: where its total equals
+  ``A_rec`` bitwise it outputs the collected value, elsewhere the value it really computed.
+* **Deviations.** For ops with an inverse (sum, avg, premul_sum: ``-``; bxor: ``^``) a vrank that
+  receives a partial ``U`` from a sandbox rank, where the recorded one was ``T``, keeps the
+  deviation ``U - T`` (exactly zero where ``U`` and ``T`` are bitwise equal) and adds it to what
+  it later sends on the same chunk: the next block's entry prefix, or the full value of a chunk
+  it owns. So every output element is ``recorded + Δ`` of the sandbox changes this endpoint saw,
+  and exactly ``recorded`` where nothing changed. min/max/product/band/bor have no inverse:
+  a sandbox owner's chunk is ``op(recorded prefix, actual inputs of its block)``, and chunks
+  owned by vranks stay as recorded.
+"""
+
+from __future__ import annotations
+
+import math
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from prism.core.errors import PrismError
+from prism.graph.records import CommOp
+
+from .reduction import REDUCE_OPS, chunk_bounds, combine, finish, ring_order
+from .schedule import Algo, ring_blocks, tree_children, tree_fold_order, tree_parent
+
+__all__ = [
+    "DEVIATION_OPS",
+    "RecordedCollective",
+    "RecordedValues",
+    "record_for_sandbox",
+    "algo_for",
+    "bits_equal",
+    "deviation",
+    "add_deviation",
+    "merge_deviations",
+    "finish_deviation",
+    "tree_partials",
+    "tree_reduce",
+]
+
+DEVIATION_OPS = frozenset({"sum", "avg", "premul_sum", "bxor"})
+"""Reduce ops whose changed-input result is ``recorded + Δ`` on every output element."""
+
+_BIT_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+
+
+def algo_for(op: CommOp, *, tree: bool = False) -> Algo:
+    """The algorithm prism runs for a logical op (``tree`` only changes all-reduce)."""
+    table = {
+        CommOp.ALL_REDUCE: Algo.TREE_ALL_REDUCE if tree else Algo.RING_ALL_REDUCE,
+        CommOp.REDUCE_SCATTER: Algo.RING_REDUCE_SCATTER,
+        CommOp.ALL_GATHER: Algo.RING_ALL_GATHER,
+        CommOp.BROADCAST: Algo.CHAIN_BROADCAST,
+        CommOp.ALL_TO_ALL: Algo.DIRECT_ALL_TO_ALL,
+        CommOp.SEND: Algo.P2P,
+        CommOp.RECV: Algo.P2P,
+    }
+    if op not in table:
+        raise PrismError(f"{op.value}: no pruned algorithm (supported: {', '.join(o.value for o in table)})")
+    return table[op]
+
+
+# ------------------------------------------------------------------------- deviation algebra
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise bitwise equality (NaN equals the same NaN; -0.0 differs from 0.0)."""
+    view = _BIT_VIEW.get(a.dtype)
+    return a.view(view) == b.view(view) if view is not None else a == b
+
+
+def deviation(actual: torch.Tensor, recorded: torch.Tensor, op: str) -> torch.Tensor | None:
+    """``actual - recorded`` (``^`` for bxor), exactly zero where they are bitwise equal; None when
+    they are equal everywhere or ``op`` has no inverse."""
+    if op not in DEVIATION_OPS:
+        return None
+    same = bits_equal(actual, recorded)
+    if bool(same.all()):
+        return None
+    d = actual ^ recorded if op == "bxor" else actual - recorded
+    return torch.where(same, torch.zeros_like(d), d)
+
+
+def _changed(dev: torch.Tensor) -> torch.Tensor:
+    return (dev != 0) | torch.isnan(dev) if dev.is_floating_point() else dev != 0
+
+
+def add_deviation(value: torch.Tensor, dev: torch.Tensor | None, op: str) -> torch.Tensor:
+    """``value + dev`` where dev is non-zero; ``value`` itself, bit for bit, elsewhere."""
+    if dev is None:
+        return value
+    moved = value ^ dev if op == "bxor" else value + dev
+    return torch.where(_changed(dev), moved, value)
+
+
+def merge_deviations(devs: Sequence[torch.Tensor | None], op: str) -> torch.Tensor | None:
+    present = [d for d in devs if d is not None]
+    if not present:
+        return None
+    acc = present[0]
+    for d in present[1:]:
+        acc = acc ^ d if op == "bxor" else acc + d
+    return acc
+
+
+def finish_deviation(dev: torch.Tensor | None, op: str, n: int) -> torch.Tensor | None:
+    """The deviation of a finished value: avg divides by n (truncating for integers, so an
+    integer avg is within ±1 of the exact one)."""
+    if dev is None or op != "avg":
+        return dev
+    return dev / n if dev.is_floating_point() else torch.div(dev, n, rounding_mode="trunc")
+
+
+# ------------------------------------------------------------------------------ tree order
+
+
+def tree_partials(inputs: Sequence[torch.Tensor], op: str) -> list[torch.Tensor]:
+    """Every node's unfinished subtree reduction in the tree's order: ``acc = own`` then
+    ``acc = op(acc, child)`` for the children in :func:`tree_fold_order`. Inputs are flat and
+    already premultiplied for premul_sum."""
+    n = len(inputs)
+    out: list[torch.Tensor | None] = [None] * n
+    for r in reversed(range(n)):  # children have larger indices than parents
+        acc = inputs[r].clone()
+        for c in tree_fold_order(r, n):
+            acc = combine(acc, out[c], op)
+        out[r] = acc
+    return out  # type: ignore[return-value]
+
+
+def tree_reduce(inputs: Sequence[torch.Tensor], op: str) -> torch.Tensor:
+    """The finished tree all-reduce value (what a real tree computes; not the collector's)."""
+    return finish(tree_partials(inputs, op)[0], op, len(inputs))
+
+
+# --------------------------------------------------------------------------- the record
+
+
+@dataclass(frozen=True, eq=False)
+class RecordedCollective:
+    """What the collector saves for one collective instance so that sandbox set ``sandbox`` can
+    later run it pruned. Tensors are flat (``reshape(-1)``), in the op's dtype, keyed by group rank.
+
+    Size: one output and one input per sandbox rank, plus one input-sized tensor per ring block
+    (reductions), or one per vrank child of a sandbox node (tree).
+    """
+
+    algo: Algo
+    group_size: int
+    sandbox: tuple[int, ...]
+    """Group ranks that run for real; sorted."""
+    reduce_op: str = ""
+    root: int = 0
+    """Broadcast root; send/recv source."""
+    peer: int = -1
+    """Send/recv destination."""
+    inputs: Mapping[int, torch.Tensor] = field(default_factory=dict)
+    """Each sandbox rank's recorded input (its contribution); for divergence checks and, with
+    ``entry_partials``, the recorded partials at every sandbox position."""
+    outputs: Mapping[int, torch.Tensor] = field(default_factory=dict)
+    """What the collector returned to each sandbox rank (the full value for all-reduce,
+    all-gather and broadcast; the owned chunk for reduce-scatter; the received blocks for
+    all-to-all; the message for a receiving send/recv peer)."""
+    premul: Mapping[int, float] = field(default_factory=dict)
+    """premul_sum: each sandbox rank's factor."""
+    entry_partials: Mapping[int, torch.Tensor] = field(default_factory=dict)
+    """Ring reductions: for the first rank ``b`` of each sandbox block, an input-sized tensor
+    whose chunk ``c`` is the recorded fold of chunk c over ranks ``c+1 .. b-1`` (what the vrank
+    before the block sends). Zeros for chunk ``b-1`` (never sent)."""
+    subtree_partials: Mapping[int, torch.Tensor] = field(default_factory=dict)
+    """Tree: for each vrank child of a sandbox node, its recorded unfinished subtree reduction."""
+    in_splits: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    """All-to-all: rows each sandbox rank sends to each group rank."""
+    out_splits: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    """All-to-all: rows each sandbox rank receives from each group rank."""
+    row_numel: int = 1
+    """All-to-all: elements per row (dim-0 slice)."""
+
+    def __post_init__(self) -> None:
+        assert tuple(sorted(set(self.sandbox))) == self.sandbox, "sandbox ranks must be sorted and unique"
+        if self.algo.reduces and self.reduce_op not in REDUCE_OPS:
+            raise PrismError(f"{self.algo.value}: unknown reduce op {self.reduce_op!r}")
+
+
+def _premultiplied(flat: torch.Tensor, op: str, factor: float | None) -> torch.Tensor:
+    return flat * factor if op == "premul_sum" else flat
+
+
+def record_for_sandbox(
+    inputs_by_group_rank: Sequence[torch.Tensor],
+    algo: Algo,
+    reduce_op: str,
+    sandbox_group_ranks: Sequence[int],
+    *,
+    root: int = 0,
+    peer: int = -1,
+    premul: Sequence[float] | None = None,
+    in_splits: Sequence[Sequence[int]] | None = None,
+) -> RecordedCollective:
+    """Compute, from every rank's input (which the collector has), what must be saved for
+    ``sandbox_group_ranks``. The outputs are the collector's (prism's ring order,
+    :mod:`~prism.nccl_patches.reduction`), whatever the emulation algorithm is."""
+    n = len(inputs_by_group_rank)
+    sandbox = tuple(sorted(set(sandbox_group_ranks)))
+    if not sandbox:
+        raise PrismError(f"{algo.value}: no sandbox rank to record for")
+    if not all(0 <= s < n for s in sandbox):
+        raise PrismError(f"{algo.value}: sandbox ranks {sandbox} outside a group of {n}")
+    flat = [t.reshape(-1) for t in inputs_by_group_rank]
+    if algo is Algo.P2P:
+        src, dst = root, peer
+        return RecordedCollective(
+            algo, n, sandbox, root=src, peer=dst,
+            inputs={s: flat[s] for s in sandbox if s == src},
+            outputs={s: flat[src] for s in sandbox if s == dst},
+        )
+    kw: dict = {"inputs": {s: flat[s] for s in sandbox}}
+    if algo.reduces:
+        if reduce_op == "premul_sum":
+            assert premul is not None and len(premul) == n, "premul_sum needs one factor per rank"
+            kw["premul"] = {s: premul[s] for s in sandbox}
+        own = [_premultiplied(f, reduce_op, premul[r] if premul else None) for r, f in enumerate(flat)]
+    if algo in (Algo.RING_ALL_REDUCE, Algo.RING_REDUCE_SCATTER, Algo.TREE_ALL_REDUCE):
+        from .reduction import ring_reduce  # the collector's own function
+
+        full = ring_reduce(flat, reduce_op, premul=premul)
+        if algo is Algo.RING_REDUCE_SCATTER:
+            bounds = chunk_bounds(full.numel(), n)
+            kw["outputs"] = {s: full[bounds[s][0] : bounds[s][1]] for s in sandbox}
+        else:
+            kw["outputs"] = dict.fromkeys(sandbox, full)
+        if algo is Algo.TREE_ALL_REDUCE:
+            partials = tree_partials(own, reduce_op)
+            kw["subtree_partials"] = {
+                c: partials[c] for s in sandbox for c in tree_children(s, n) if c not in sandbox
+            }
+        else:
+            kw["entry_partials"] = _entry_partials(own, reduce_op, sandbox)
+    elif algo is Algo.RING_ALL_GATHER:
+        kw["outputs"] = dict.fromkeys(sandbox, torch.cat(flat))
+    elif algo is Algo.CHAIN_BROADCAST:
+        kw["outputs"] = dict.fromkeys(sandbox, flat[root])
+    elif algo is Algo.DIRECT_ALL_TO_ALL:
+        rows = [t.shape[0] if t.dim() else 1 for t in inputs_by_group_rank]
+        row_numel = math.prod(inputs_by_group_rank[0].shape[1:])
+        splits = [tuple(s) for s in in_splits] if in_splits is not None else [(rows[i] // n,) * n for i in range(n)]
+        for i in range(n):
+            if sum(splits[i]) != rows[i] or len(splits[i]) != n:
+                raise PrismError(f"all_to_all: rank {i}'s splits {splits[i]} do not cover its {rows[i]} rows")
+        offsets = [[sum(splits[i][:j]) * row_numel for j in range(n + 1)] for i in range(n)]
+        outputs = {
+            j: torch.cat([flat[i][offsets[i][j] : offsets[i][j + 1]] for i in range(n)]) for j in sandbox
+        }
+        kw.update(
+            outputs=outputs,
+            in_splits={s: splits[s] for s in sandbox},
+            out_splits={s: tuple(splits[i][s] for i in range(n)) for s in sandbox},
+            row_numel=row_numel,
+        )
+    else:  # pragma: no cover - exhaustive
+        raise AssertionError(algo)
+    return RecordedCollective(algo, n, sandbox, reduce_op=reduce_op, root=root, peer=peer, **kw)
+
+
+def _entry_partials(own: Sequence[torch.Tensor], op: str, sandbox: tuple[int, ...]) -> dict[int, torch.Tensor]:
+    n = len(own)
+    if len(sandbox) == n:
+        return {}
+    bounds = chunk_bounds(own[0].numel(), n)
+    out = {}
+    for block in ring_blocks(n, sandbox):
+        b = block[0]
+        entry = torch.zeros_like(own[0])
+        for c, (lo, hi) in enumerate(bounds):
+            order = ring_order(c, n)
+            stop = order.index(b)  # fold order[0 .. stop-1]
+            if stop == 0 or hi == lo:
+                continue
+            acc = own[order[0]][lo:hi].clone()
+            for r in order[1:stop]:
+                acc = combine(acc, own[r][lo:hi], op)
+            entry[lo:hi] = acc
+        out[b] = entry
+    return out
+
+
+class RecordedValues:
+    """Derived recorded values, computed on demand and cached (one per collective and endpoint)."""
+
+    def __init__(self, rec: RecordedCollective) -> None:
+        self.rec = rec
+        self.n = rec.group_size
+        self.sandbox = frozenset(rec.sandbox)
+        self._own: dict[int, torch.Tensor] = {}
+        self._ring: dict[tuple[int, int], torch.Tensor] = {}
+        self._tree: dict[int, torch.Tensor] = {}
+        first = next(iter(rec.inputs.values()), None)
+        self.bounds = chunk_bounds(first.numel(), self.n) if first is not None else []
+
+    def own(self, s: int) -> torch.Tensor:
+        """A sandbox rank's recorded contribution (premultiplied for premul_sum)."""
+        if s not in self._own:
+            self._own[s] = _premultiplied(self.rec.inputs[s], self.rec.reduce_op, self.rec.premul.get(s))
+        return self._own[s]
+
+    def full(self) -> torch.Tensor:
+        """The collected result every rank got (all-reduce, all-gather, broadcast)."""
+        return self.rec.outputs[self.rec.sandbox[0]]
+
+    def chunk(self, t: torch.Tensor, c: int) -> torch.Tensor:
+        lo, hi = self.bounds[c]
+        return t[lo:hi]
+
+    def ring_partial(self, rank: int, c: int) -> torch.Tensor:
+        """Recorded partial of chunk ``c`` once ``rank`` folded in: rank is a sandbox rank, or the
+        vrank just before a block."""
+        key = (rank, c)
+        if key in self._ring:
+            return self._ring[key]
+        n, op = self.n, self.rec.reduce_op
+        if rank not in self.sandbox:
+            nxt = (rank + 1) % n
+            assert nxt in self.rec.entry_partials, f"vrank {rank} does not precede a sandbox block"
+            value = self.chunk(self.rec.entry_partials[nxt], c)
+        else:
+            order = ring_order(c, n)
+            idx = order.index(rank)
+            j = idx
+            while j > 0 and order[j - 1] in self.sandbox:
+                j -= 1
+            if j == 0:
+                value = self.chunk(self.own(order[0]), c).clone()
+                j = 1
+            else:
+                value = self.chunk(self.rec.entry_partials[order[j]], c)
+            for r in order[j : idx + 1]:
+                value = combine(value, self.chunk(self.own(r), c), op)
+        self._ring[key] = value
+        return value
+
+    def tree_partial(self, u: int) -> torch.Tensor:
+        """Recorded unfinished subtree reduction at ``u`` (a sandbox rank or a stored vrank child)."""
+        if u in self._tree:
+            return self._tree[u]
+        if u not in self.sandbox:
+            value = self.rec.subtree_partials[u]
+        else:
+            value = self.own(u).clone()
+            for c in tree_fold_order(u, self.n):
+                value = combine(value, self.tree_partial(c), self.rec.reduce_op)
+        self._tree[u] = value
+        return value

@@ -1,0 +1,178 @@
+"""Run a pruned collective: from a sandbox rank's side, from a vrank endpoint's side, or all
+parties in one process.
+
+* The ``live`` comm engine (prism.sandbox) calls :func:`run_sandbox_side` for each collective of a
+  sandbox rank, with the rank's real tensors, over the group's :class:`Transport`.
+* The replayer (prism.vrank_replayer) calls :func:`run_neighbor_side` with the
+  :class:`RecordedCollective` and the neighbor vranks it hosts (:func:`plan_endpoints` says which
+  vranks need one).
+* :func:`run_in_process` runs every party of one collective in this process, exchanging the
+  messages in memory in the same step order: the same algorithms without processes (for tests at
+  large group sizes and for dry runs).
+
+Steps run in order; at each step a party posts all its sends, then completes its receives in
+``(src, dst)`` order, then waits for its sends. A message of step ``t`` depends only on steps
+``< t``, so this lockstep cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from prism.core.errors import PrismError
+
+from .compensation import RecordedCollective
+from .parties import NeighborParty, Party, SandboxParty, recorded_geometry
+from .schedule import Algo, LinkTraffic, Step, neighbor_vranks, steps_touching
+from .transport import Transport
+
+__all__ = [
+    "SandboxResult",
+    "NeighborResult",
+    "run_sandbox_side",
+    "run_neighbor_side",
+    "run_party",
+    "run_in_process",
+    "neighbor_ranks",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxResult:
+    output: torch.Tensor | None
+    """The rank's flat output (None for the sender of a send/recv)."""
+    diverged: bool
+    """The rank's input differs from the recorded one (its outputs are recorded + Δ, not the
+    collected values); False when nothing was recorded."""
+    traffic: dict[tuple[int, int], LinkTraffic]
+    """Bytes and steps per directed link of this collective, as counted by the transport."""
+
+
+@dataclass(frozen=True, slots=True)
+class NeighborResult:
+    traffic: dict[tuple[int, int], LinkTraffic]
+    num_steps: int
+
+
+def neighbor_ranks(rec: RecordedCollective) -> set[int]:
+    """The vranks that exchange messages with the sandbox ranks and need a live endpoint; every
+    other vrank of the group is pruned."""
+    return neighbor_vranks(steps_touching(rec.algo, recorded_geometry(rec), rec.sandbox), rec.sandbox)
+
+
+def _by_step(steps: Sequence[Step]) -> Iterable[tuple[int, list[Step]]]:
+    for t, group in itertools.groupby(steps, key=lambda s: s.t):
+        yield t, list(group)
+
+
+def run_party(
+    party: Party, transport: Transport, n: int, *, tag_base: int = 0, timeout_s: float = 120.0
+) -> dict[tuple[int, int], LinkTraffic]:
+    """Drive one party's steps over the transport; returns the traffic of these steps.
+
+    Message tags are ``tag_base + step.tag(n)`` (below ``2·n²``): collectives that may overlap on
+    one transport need disjoint ranges (e.g. ``tag_base = (seq % 1024) * 2 * n * n``)."""
+    timeout = datetime.timedelta(seconds=timeout_s)
+    before = transport.traffic()
+    for _, steps in _by_step(party.steps):
+        sends = []
+        for st in steps:
+            if st.src in party.hosted:
+                assert st.dst not in party.hosted, f"step {st} would stay inside one endpoint"
+                value = party.outgoing(st).contiguous()
+                assert value.numel() == st.numel and value.dtype == party.dtype, f"step {st}: {value.numel()} {value.dtype}"
+                sends.append(transport.send(value, st.src, st.dst, tag_base + st.tag(n)))
+        recvs = []
+        for st in steps:
+            if st.dst in party.hosted:
+                buf = torch.empty(st.numel, dtype=party.dtype, device=party.device)
+                recvs.append((st, buf, transport.recv(buf, st.src, st.dst, tag_base + st.tag(n))))
+        for st, buf, work in recvs:
+            if not work.wait(timeout):
+                raise PrismError(f"pruned collective: step {st} timed out after {timeout_s}s")
+            party.incoming(st, buf)
+        for work in sends:
+            work.wait(timeout)
+    after = transport.traffic()
+    return {k: v for k, v in ((k, _minus(v, before.get(k))) for k, v in after.items()) if v.num_steps}
+
+
+def _minus(a: LinkTraffic, b: LinkTraffic | None) -> LinkTraffic:
+    return a if b is None else LinkTraffic(a.num_bytes - b.num_bytes, a.num_steps - b.num_steps)
+
+
+def run_sandbox_side(
+    transport: Transport,
+    algo: Algo,
+    rank: int,
+    data: torch.Tensor,
+    *,
+    group_size: int,
+    reduce_op: str = "",
+    root: int = 0,
+    peer: int = -1,
+    premul: float | None = None,
+    in_splits: Sequence[int] | None = None,
+    out_splits: Sequence[int] | None = None,
+    recorded: RecordedCollective | None = None,
+    tag_base: int = 0,
+    timeout_s: float = 120.0,
+) -> SandboxResult:
+    """Run group rank ``rank``'s real steps of ``algo`` with its real ``data`` (see
+    :class:`SandboxParty` for what ``data`` is per op). ``recorded`` is needed only for the tree's
+    root selection and for the divergence flag; the ring steps themselves need nothing recorded."""
+    party = SandboxParty(
+        algo, rank, data, group_size=group_size, reduce_op=reduce_op, root=root, peer=peer,
+        premul=premul, in_splits=in_splits, out_splits=out_splits, recorded=recorded,
+    )
+    traffic = run_party(party, transport, group_size, tag_base=tag_base, timeout_s=timeout_s)
+    return SandboxResult(party.output(), party.diverged, traffic)
+
+
+def run_neighbor_side(
+    transport: Transport,
+    recorded: RecordedCollective,
+    hosted: Iterable[int],
+    *,
+    tag_base: int = 0,
+    timeout_s: float = 120.0,
+) -> NeighborResult:
+    """Play the neighbor vranks ``hosted`` (a subset of :func:`neighbor_ranks`) of one collective."""
+    party = NeighborParty(recorded, hosted)
+    traffic = run_party(party, transport, recorded.group_size, tag_base=tag_base, timeout_s=timeout_s)
+    return NeighborResult(traffic, len(party.steps))
+
+
+def run_in_process(parties: Sequence[Party]) -> dict[tuple[int, int], LinkTraffic]:
+    """Run all parties of one collective here, delivering messages in memory in step order.
+    Every step must have exactly one sending and one receiving party. Returns the traffic."""
+    owner: dict[int, Party] = {}
+    for p in parties:
+        for r in p.hosted:
+            if r in owner:
+                raise PrismError(f"group rank {r} is hosted by two parties")
+            owner[r] = p
+    known = {id(p): set(p.steps) for p in parties}
+    steps = sorted({st for p in parties for st in p.steps}, key=lambda s: (s.t, s.src, s.dst))
+    traffic: dict[tuple[int, int], LinkTraffic] = {}
+    for _, group in _by_step(steps):
+        messages = []
+        for st in group:
+            if st.src not in owner or st.dst not in owner:
+                raise PrismError(f"step {st} has no party for group rank {st.src if st.src not in owner else st.dst}")
+            for end in (st.src, st.dst):
+                if st not in known[id(owner[end])]:
+                    raise PrismError(f"step {st}: the party of group rank {end} does not expect it")
+            value = owner[st.src].outgoing(st)
+            assert value.numel() == st.numel, f"step {st}: sent {value.numel()} elements"
+            messages.append((st, value.clone()))
+        for st, value in messages:
+            owner[st.dst].incoming(st, value)
+            key = (st.src, st.dst)
+            traffic[key] = traffic.get(key, LinkTraffic()) + LinkTraffic(value.numel() * value.element_size(), 1)
+    return traffic

@@ -1,0 +1,272 @@
+"""Pruned collectives in one process: sandbox parties with real data, neighbor parties with
+compensated chunks, messages delivered in memory in the real step order.
+
+The collector's outputs are :func:`ring_reduce` (prism's fixed order). Unchanged sandbox inputs
+must give them bit for bit; changed inputs give recorded + Δ (ops with an inverse) or the documented
+result (min/max/product/band/bor).
+"""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prism.core.errors import PrismError
+from prism.nccl_patches.compensation import record_for_sandbox
+from prism.nccl_patches.parties import NeighborParty, SandboxParty
+from prism.nccl_patches.pruned import neighbor_ranks, run_in_process
+from prism.nccl_patches.reduction import chunk_bounds, reduce_chunk, ring_order, ring_reduce
+from prism.nccl_patches.schedule import Algo, Geometry, full_schedule, link_traffic
+from tests.nccl_patches.cases import DTYPES, changed, make_inputs, ops_for, sandbox_subsets
+
+pytestmark = pytest.mark.timeout(300)
+
+REDUCTIONS = [Algo.RING_ALL_REDUCE, Algo.RING_REDUCE_SCATTER, Algo.TREE_ALL_REDUCE]
+
+
+def split(ranks, k):
+    ranks = sorted(ranks)
+    return [ranks[i::k] for i in range(k) if ranks[i::k]]
+
+
+def run(algo, inputs, actual, sandbox, *, reduce_op="", endpoints=1, premul=None, root=0, peer=-1, in_splits=None):
+    """Record from ``inputs``, then emulate with the sandbox ranks holding ``actual``."""
+    n = len(inputs)
+    rec = record_for_sandbox(inputs, algo, reduce_op, sandbox, root=root, peer=peer, premul=premul, in_splits=in_splits)
+    parties = {
+        s: SandboxParty(
+            algo, s, actual[s], group_size=n, reduce_op=reduce_op, root=root, peer=peer,
+            premul=premul[s] if premul else None,
+            in_splits=in_splits[s] if in_splits else None,
+            out_splits=[in_splits[i][s] for i in range(n)] if in_splits else None,
+            recorded=rec,
+        )
+        for s in sandbox
+    }
+    neighbors = [NeighborParty(rec, hosted) for hosted in split(neighbor_ranks(rec), endpoints)]
+    traffic = run_in_process([*parties.values(), *neighbors])
+    return rec, parties, traffic
+
+
+def real_traffic(algo, geometry, sandbox, itemsize):
+    full = link_traffic(full_schedule(algo, geometry), itemsize)
+    return {link: t for link, t in full.items() if set(link) & set(sandbox)}
+
+
+def collected(algo, inputs, reduce_op, premul, rank):
+    full = ring_reduce(inputs, reduce_op, premul=premul)
+    if algo is Algo.RING_REDUCE_SCATTER:
+        lo, hi = chunk_bounds(full.numel(), len(inputs))[rank]
+        return full[lo:hi]
+    return full
+
+
+@st.composite
+def reduction_cases(draw, ops=None):
+    n = draw(st.integers(2, 64))
+    dtype = draw(st.sampled_from(DTYPES))
+    op = draw(st.sampled_from([o for o in ops_for(dtype) if ops is None or o in ops]))
+    algo = draw(st.sampled_from(REDUCTIONS))
+    numel = n * draw(st.integers(1, 3)) if algo is Algo.RING_REDUCE_SCATTER else draw(st.integers(1, 2 * n + 3))
+    premul = [0.5 + (r % 7) / 4 for r in range(n)] if op == "premul_sum" else None
+    return algo, n, dtype, op, numel, premul, draw(sandbox_subsets(n)), draw(st.integers(0, 10**6))
+
+
+@given(reduction_cases(), st.integers(1, 3))
+@settings(max_examples=250, deadline=None)
+def test_unchanged_inputs_give_the_collected_outputs_bit_for_bit(case, endpoints):
+    algo, n, dtype, op, numel, premul, sandbox, seed = case
+    inputs = make_inputs(n, numel, dtype, seed)
+    rec, parties, traffic = run(algo, inputs, inputs, sandbox, reduce_op=op, endpoints=endpoints, premul=premul)
+    for s, party in parties.items():
+        assert torch.equal(party.output().view(torch.uint8), collected(algo, inputs, op, premul, s).view(torch.uint8)), s
+        assert not party.diverged
+    itemsize = inputs[0].element_size()
+    assert traffic == real_traffic(algo, Geometry(n, numel=numel), sandbox, itemsize)
+
+
+def tolerance(inputs, actual, premul, op, dtype):
+    """An elementwise bound on the rounding of two different summation paths."""
+    n = len(inputs)
+    eps = torch.finfo(dtype).eps
+    scale = torch.tensor(premul, dtype=torch.float64)[:, None] if premul else 1.0
+    mags = (torch.stack([t.double() for t in inputs]).abs() + torch.stack([t.double() for t in actual]).abs()) * scale
+    bound = (n + 4) * eps * mags.sum(0)
+    return bound / n if op == "avg" else bound
+
+
+@given(reduction_cases(ops=("sum", "avg", "premul_sum", "bxor")), st.data())
+@settings(max_examples=200, deadline=None)
+def test_changed_inputs_give_recorded_plus_delta_on_every_element(case, data):
+    algo, n, dtype, op, numel, premul, sandbox, seed = case
+    inputs = make_inputs(n, numel, dtype, seed)
+    movers = data.draw(st.lists(st.sampled_from(sandbox), min_size=1, unique=True))
+    actual = [changed(t, seed + r) if r in movers else t for r, t in enumerate(inputs)]
+    rec, parties, traffic = run(algo, inputs, actual, sandbox, reduce_op=op, premul=premul)
+    for s, party in parties.items():
+        got, want = party.output(), collected(algo, actual, op, premul, s)
+        assert party.diverged == (not torch.equal(actual[s], inputs[s]))
+        if dtype.is_floating_point:
+            lo, hi = (chunk_bounds(numel, n)[s] if algo is Algo.RING_REDUCE_SCATTER else (0, numel))
+            bound = tolerance([t[lo:hi] for t in inputs], [t[lo:hi] for t in actual], premul, op, dtype)
+            assert ((got.double() - want.double()).abs() <= bound).all(), (s, got, want)
+        elif op == "avg":  # integer average: truncated deviation, within one
+            assert ((got - want).abs() <= 1).all()
+        else:  # integer sum and bxor are exact
+            assert torch.equal(got, want)
+    assert traffic == real_traffic(algo, Geometry(n, numel=numel), sandbox, inputs[0].element_size())
+
+
+def test_one_sandbox_rank_of_eight_sees_its_own_gradient_change_everywhere():
+    inputs = [torch.full((8,), float(r)) for r in range(8)]  # every rank contributes its rank
+    actual = list(inputs)
+    actual[3] = torch.full((8,), 103.0)  # rank 3's code now contributes 100 more
+    rec, parties, traffic = run(Algo.RING_ALL_REDUCE, inputs, actual, [3], reduce_op="sum")
+    assert rec.outputs[3].tolist() == [28.0] * 8
+    assert parties[3].output().tolist() == [128.0] * 8
+    assert parties[3].diverged
+    assert set(traffic) == {(2, 3), (3, 4)}  # only the links of rank 3 exist
+    assert traffic[(2, 3)].num_steps == 14 and traffic[(2, 3)].num_bytes == 4 * (8 - 1 + 8 - 1)
+
+
+@st.composite
+def no_inverse_cases(draw):
+    n = draw(st.integers(2, 40))
+    dtype = draw(st.sampled_from(DTYPES))
+    op = draw(st.sampled_from([o for o in ops_for(dtype) if o in ("min", "max", "product", "band", "bor")]))
+    algo = draw(st.sampled_from([Algo.RING_ALL_REDUCE, Algo.RING_REDUCE_SCATTER]))
+    numel = n * draw(st.integers(1, 2))
+    return algo, n, dtype, op, numel, draw(sandbox_subsets(n)), draw(st.integers(0, 10**6))
+
+
+@given(no_inverse_cases())
+@settings(max_examples=150, deadline=None)
+def test_changed_inputs_without_inverse_reduce_the_owners_block_for_real_on_the_recorded_prefix(case):
+    """min/max/product/band/bor: a sandbox owner's chunk folds the real inputs of the sandbox ranks
+    just before it on the chunk's path onto the recorded prefix; chunks owned by vranks stay
+    recorded."""
+    algo, n, dtype, op, numel, sandbox, seed = case
+    inputs = make_inputs(n, numel, dtype, seed)
+    actual = [changed(t, seed + r) if r in sandbox else t for r, t in enumerate(inputs)]
+    rec, parties, _ = run(algo, inputs, actual, sandbox, reduce_op=op)
+    bounds = chunk_bounds(numel, n)
+    recorded_full = ring_reduce(inputs, op)
+    expected = recorded_full.clone()
+    for c in sandbox:
+        order = ring_order(c, n)
+        j = n - 1
+        while j > 0 and order[j - 1] in sandbox:
+            j -= 1
+        mixed = [actual[r] if r in order[j:] else inputs[r] for r in range(n)]
+        lo, hi = bounds[c]
+        expected[lo:hi] = reduce_chunk([t[lo:hi] for t in mixed], c, op)
+    for s, party in parties.items():
+        want = expected if algo is Algo.RING_ALL_REDUCE else expected[bounds[s][0] : bounds[s][1]]
+        assert torch.equal(party.output(), want), s
+
+
+@pytest.mark.parametrize("op", ["min", "max", "band", "bor"])
+def test_tree_root_in_the_sandbox_reduces_its_change_for_real(op):
+    dtype = torch.int64 if op in ("band", "bor") else torch.float32
+    inputs = make_inputs(11, 9, dtype, seed=5)
+    actual = list(inputs)
+    actual[0] = changed(inputs[0], 6)
+    _, parties, _ = run(Algo.TREE_ALL_REDUCE, inputs, actual, [0, 2], reduce_op=op)
+    assert torch.equal(parties[0].output(), ring_reduce(actual, op))
+    assert torch.equal(parties[2].output(), ring_reduce(actual, op))  # from its sandbox parent
+
+
+def test_tree_leaf_under_a_virtual_root_keeps_the_recorded_value_for_max():
+    inputs = make_inputs(7, 5, torch.float32, seed=1)
+    actual = list(inputs)
+    actual[5] = inputs[5] + 100  # would become the max everywhere
+    rec, parties, _ = run(Algo.TREE_ALL_REDUCE, inputs, actual, [5], reduce_op="max")
+    assert torch.equal(parties[5].output(), rec.outputs[5])
+    assert parties[5].diverged
+
+
+# ---------------------------------------------------------------------------- data movement
+
+
+@st.composite
+def movement_cases(draw):
+    n = draw(st.integers(2, 48))
+    return (
+        draw(st.sampled_from([Algo.RING_ALL_GATHER, Algo.CHAIN_BROADCAST, Algo.DIRECT_ALL_TO_ALL, Algo.P2P])),
+        n,
+        draw(st.sampled_from(DTYPES)),
+        draw(sandbox_subsets(n)),
+        draw(st.integers(0, n - 1)),
+        draw(st.integers(1, n - 1)),
+        draw(st.booleans()),
+        draw(st.integers(0, 10**6)),
+    )
+
+
+@given(movement_cases(), st.integers(1, 2))
+@settings(max_examples=200, deadline=None)
+def test_gather_broadcast_all_to_all_and_p2p_deliver_recorded_values_and_real_sandbox_data(case, endpoints):
+    algo, n, dtype, sandbox, root, hop, change, seed = case
+    peer = (root + hop) % n
+    g = torch.Generator().manual_seed(seed)
+    in_splits = None
+    if algo is Algo.DIRECT_ALL_TO_ALL:  # uneven splits, rows of 3 elements
+        in_splits = torch.randint(0, 3, (n, n), generator=g).tolist()
+        inputs = [make_inputs(1, 3 * sum(in_splits[i]), dtype, seed + i)[0].view(-1, 3) for i in range(n)]
+    else:
+        inputs = make_inputs(n, 1 + seed % 5, dtype, seed)
+    actual = [changed(t, seed + r) if change and r in sandbox else t for r, t in enumerate(inputs)]
+    single = endpoints == 1
+    rec, parties, traffic = run(algo, inputs, actual, sandbox, root=root, peer=peer, endpoints=endpoints, in_splits=in_splits)
+    flat = [t.reshape(-1) for t in inputs]
+    real = [t.reshape(-1) for t in actual]
+    for s, party in parties.items():
+        got = party.output()
+        if algo is Algo.RING_ALL_GATHER:
+            # every sandbox rank's real piece reaches every sandbox rank (through one endpoint)
+            want = torch.cat([real[r] if r in sandbox and (single or r == s) else flat[r] for r in range(n)])
+            if single or not change:
+                assert torch.equal(got, want)
+            else:
+                assert torch.equal(got[s * flat[0].numel() : (s + 1) * flat[0].numel()], real[s])
+        elif algo is Algo.CHAIN_BROADCAST:
+            want = real[root] if root in sandbox else flat[root]
+            if single or not change or s == root:
+                assert torch.equal(got, want)
+        elif algo is Algo.P2P:
+            if s == peer:
+                assert torch.equal(got, real[root] if root in sandbox else flat[root])
+            else:
+                assert got is None
+        else:
+            offs = [[3 * sum(in_splits[i][:j]) for j in range(n + 1)] for i in range(n)]
+            src = [real[i] if i in sandbox else flat[i] for i in range(n)]
+            assert torch.equal(got, torch.cat([src[i][offs[i][s] : offs[i][s + 1]] for i in range(n)]))
+    numel = flat[0].numel()
+    geometry = Geometry(n, numel=numel, root=root, peer=peer,
+                        block_numel=(lambda a, b: 3 * in_splits[a][b]) if in_splits else None)
+    assert traffic == real_traffic(algo, geometry, sandbox, inputs[0].element_size())
+
+
+# ----------------------------------------------------------------------------------- errors
+
+
+def test_a_vrank_endpoint_cannot_host_a_sandbox_rank():
+    rec = record_for_sandbox([torch.ones(4)] * 4, Algo.RING_ALL_REDUCE, "sum", [1])
+    with pytest.raises(PrismError, match=r"ranks \[1\] are sandbox ranks"):
+        NeighborParty(rec, [0, 1, 2])
+
+
+def test_a_missing_neighbor_endpoint_is_named():
+    inputs = [torch.ones(4)] * 4
+    rec = record_for_sandbox(inputs, Algo.RING_ALL_REDUCE, "sum", [1])
+    parties = [SandboxParty(Algo.RING_ALL_REDUCE, 1, inputs[1], group_size=4, reduce_op="sum"), NeighborParty(rec, [0])]
+    with pytest.raises(PrismError, match="has no party for group rank 2"):
+        run_in_process(parties)
+
+
+def test_recording_needs_a_sandbox_rank_and_a_known_reduce_op():
+    with pytest.raises(PrismError, match="no sandbox rank"):
+        record_for_sandbox([torch.ones(2)] * 2, Algo.RING_ALL_REDUCE, "sum", [])
+    with pytest.raises(ValueError, match="unknown reduce op 'mean'"):
+        record_for_sandbox([torch.ones(2)] * 2, Algo.RING_ALL_REDUCE, "mean", [0])
