@@ -37,3 +37,35 @@ def processes_tagged(tag: str) -> list[psutil.Process]:
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
     return found
+
+
+EXAMPLE_JOBS = {
+    "ddp": EXAMPLES / "ddp/job.yaml",
+    "fsdp2": EXAMPLES / "fsdp2/job.yaml",
+    "tp": EXAMPLES / "tp/job.yaml",
+    "pp": EXAMPLES / "pp/job.yaml",
+    "pp-interleaved": EXAMPLES / "pp/job-interleaved.yaml",
+    "moe": EXAMPLES / "moe/job.yaml",
+    "hybrid": EXAMPLES / "hybrid/job.yaml",
+    "synthetic": EXAMPLES / "synthetic/job.yaml",
+}
+
+
+@pytest.fixture(scope="session")
+def recorded_example(tmp_path_factory):
+    """``recorded_example(name) -> (job, graph)``: a real run of a bundled example (all ranks,
+    gloo), recorded once per test session and shared by every test that needs it."""
+    from prism.core.config import load_job
+    from prism.sandbox.recording import record_job
+
+    cache: dict = {}
+    root = tmp_path_factory.mktemp("recorded")
+
+    def get(name: str):
+        if name not in cache:
+            job = load_job(EXAMPLE_JOBS[name])
+            cache[name] = (job, record_job(job, root / name), root / name)
+        return cache[name][:2]
+
+    get.run_dir = lambda name: (get(name), cache[name][2])[1]
+    return get

@@ -23,21 +23,28 @@ def human_bytes(n: float) -> str:
     raise AssertionError
 
 
+_ABBREV = {
+    "all_reduce": "AR", "all_gather": "AG", "reduce_scatter": "RS", "all_to_all": "A2A", "broadcast": "BC",
+    "reduce": "RD", "gather": "GA", "scatter": "SC", "barrier": "BAR", "send": "SEND", "recv": "RECV",
+}
+
+
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:.1f}"
 
 
 def print_run_table(graph: Graph, *, title: str, skip_steps: int = 1, console: Console | None = None) -> None:
     """Per rank: comm ops by kind, bytes sent, step time (after ``skip_steps`` warmup), peak memory, loss."""
-    console = console or Console()
-    table = Table(title=title, title_justify="left")
-    for col, justify in [("rank", "right"), ("comm ops by kind", "left"), ("bytes", "right"),
+    console = console or Console(width=max(Console().width, 120))
+    table = Table(title=title, title_justify="left", caption="AR all_reduce, AG all_gather, RS reduce_scatter, "
+                  "A2A all_to_all, BC broadcast, RD reduce, GA gather, SC scatter, BAR barrier", caption_justify="left")
+    for col, justify in [("rank", "right"), ("comm ops", "left"), ("bytes", "right"),
                          ("step ms (mean)", "right"), ("steps", "right"), ("peak mem", "right"), ("last loss", "right")]:
         table.add_column(col, justify=justify)
     for rank in sorted(graph.nodes):
         nodes = graph.nodes[rank]
         kinds = Counter(n.op.value if n.op else n.kind.value for n in nodes if n.is_comm)
-        ops = " ".join(f"{k}:{v}" for k, v in sorted(kinds.items()))
+        ops = " ".join(f"{_ABBREV.get(k, k)}:{v}" for k, v in sorted(kinds.items()))
         sent = sum(n.size_bytes for n in nodes if n.is_comm and n.kind is not NodeKind.RECV)
         s = graph.summaries.get(rank)
         steps = list(s.step_times_ns) if s else []

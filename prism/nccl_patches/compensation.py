@@ -35,7 +35,7 @@ from prism.core.errors import PrismError
 from prism.graph.records import CommOp
 
 from .reduction import REDUCE_OPS, chunk_bounds, combine, finish, ring_order
-from .schedule import Algo, ring_blocks, tree_children, tree_fold_order, tree_parent
+from .schedule import Algo, ring_blocks, tree_children, tree_fold_order
 
 __all__ = [
     "DEVIATION_OPS",

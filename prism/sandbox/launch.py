@@ -28,7 +28,7 @@ from prism.graph.records import Graph, GroupInfo
 
 from .recorder import RankRecord
 
-__all__ = ["LaunchOptions", "launch_ranks", "assemble_graph", "worker_spec"]
+__all__ = ["LaunchOptions", "launch_ranks", "assemble_graph", "worker_spec", "physical_slot"]
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +47,29 @@ class LaunchOptions:
     engine_options: dict[str, str] = field(default_factory=dict)
 
 
+def physical_slot(job: JobConfig, rank: int) -> int:
+    """LOCAL_RANK for a rank launched on this host: the device it runs on. With fewer GPUs than
+    ranks, ranks share GPUs round-robin (only gloo can carry several ranks on one GPU)."""
+    if job.device == "cuda":
+        import torch
+
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise ValueError("the job says device: cuda but this host has no CUDA device")
+        return rank % count
+    return rank % job.ranks_per_node
+
+
 def worker_spec(job: JobConfig, rank: int, *, engine: str, out_dir: str, store_addr: str = "", alone: bool,
                 timeout_s: float = 600.0, cuda_backend: str = "nccl", engine_options: dict[str, str] | None = None,
                 local_rank: int | None = None, clock_origin_ns: int = 0) -> WorkerSpec:
     """The spec of one worker of ``job`` (shared by every launcher)."""
+    if local_rank is None:
+        local_rank = physical_slot(job, rank)
     shim = ShimConfig(
         rank=rank,
         world_size=job.world_size,
-        local_rank=rank % job.ranks_per_node if local_rank is None else local_rank,
+        local_rank=local_rank,
         ranks_per_node=job.ranks_per_node,
         device=job.device,
         store_addr=store_addr,

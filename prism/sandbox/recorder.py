@@ -105,6 +105,7 @@ class Recorder:
         self._pending_loss: list[torch.Tensor] = []
         self._reported_loss: float | None = None
         self._end_ns: dict[int, int] = {}
+        self._explicit_marks = False
 
     # -- clock --------------------------------------------------------------------------------
     def _now(self) -> int:
@@ -142,7 +143,7 @@ class Recorder:
             "seq": req.seq,
             "tag": req.tag,
             "size_bytes": sum(t.numel() * t.element_size() for t in tensors),
-            "dtype": dtype_short(tensors[0].dtype) if tensors else "",
+            "dtype": dtype_short((tensors or req.outputs or req.inputs)[0].dtype) if (tensors or req.outputs or req.inputs) else "",
             "shapes": tuple(tuple(t.shape) for t in tensors),
             "reduce_op": req.reduce_op,
             "is_async": is_async,
@@ -196,7 +197,13 @@ class Recorder:
         if loss is not None:
             self._reported_loss = float(loss.detach().float().item() if isinstance(loss, torch.Tensor) else loss)
 
-    def mark_step(self) -> None:
+    def mark_step(self, *, from_optimizer: bool = False) -> None:
+        """End the current step. Once the script marks steps itself (``prism.mark_step``), optimizer
+        steps no longer do."""
+        if from_optimizer and self._explicit_marks:
+            return
+        if not from_optimizer:
+            self._explicit_marks = True
         with self._lock:
             now = self._boundary()
             self._nodes.append({"kind": NodeKind.MARK, "mark": "step_end", "start_ns": now, "step": self._step})
@@ -212,6 +219,17 @@ class Recorder:
             self._reported_loss = None
             self._step += 1
             self._last_boundary = time.perf_counter_ns()
+
+    @property
+    def losses(self) -> tuple[float, ...]:
+        """Loss per finished step so far."""
+        with self._lock:
+            return tuple(self._losses)
+
+    @property
+    def step_times_ns(self) -> tuple[int, ...]:
+        with self._lock:
+            return tuple(self._step_times)
 
     # -- result -------------------------------------------------------------------------------
     def finish(self, *, peak_memory_bytes: int, memory_source: str, engine: str, exit_code: int = 0) -> RankRecord:

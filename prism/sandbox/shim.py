@@ -112,7 +112,7 @@ def _patch_c10d(cfg: ShimConfig, store: dist.Store) -> None:
 def _install_hooks(recorder: Recorder) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    register_optimizer_step_post_hook(lambda *_a, **_k: recorder.mark_step())
+    register_optimizer_step_post_hook(lambda *_a, **_k: recorder.mark_step(from_optimizer=True))
     original_backward = torch.autograd.backward
 
     @functools.wraps(original_backward)

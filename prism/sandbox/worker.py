@@ -44,6 +44,22 @@ def make_engine(spec: WorkerSpec) -> CommEngine:
 
         opts = spec.engine_options
         return CoordinatorEngine(address=opts["address"], token=opts.get("token", ""), rank=spec.shim.rank)
+    if name == "live":
+        from .engines.live import LiveEngine
+
+        opts = spec.engine_options
+        sandbox = opts.get("sandbox", "all")
+        return LiveEngine(
+            rank=spec.shim.rank,
+            world_size=spec.shim.world_size,
+            sandbox=None if sandbox == "all" else [int(r) for r in sandbox.split(",")],
+            transport_store=opts["transport_store"],
+            num_replayers=int(opts.get("num_replayers", "1")),
+            recorded_dir=opts.get("recorded_dir") or None,
+            out_dir=spec.out_dir,
+            capture_dir=opts.get("capture_dir") or None,
+            timeout_s=timeout_s,
+        )
     if name in ENGINE_NAMES:
         raise ValueError(f"comm engine {name!r} is not available in this build")
     raise ValueError(f"unknown comm engine {name!r} (known: {', '.join(ENGINE_NAMES)})")

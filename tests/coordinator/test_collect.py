@@ -127,3 +127,19 @@ def test_rank_that_raises_stops_the_run_with_its_traceback_and_no_orphans(run_pr
     assert processes_tagged(run_prism.tag) == []
     assert not (tmp_path / "run/graph/bare").exists()
     assert elapsed < 400
+
+
+def test_recorded_comm_inputs_run_every_rank_alone_with_the_same_values(tmp_path):
+    from prism.core.config import CommInputs
+
+    job = load_job(ASSETS / "jobs/allreduce2/job.yaml")
+    first = collect_job(dataclasses.replace(job, values=ValuesPolicy(ranks="0-1")), tmp_path / "a",
+                        CollectOptions(slots=2, timeout_s=300))
+    replay = dataclasses.replace(job, comm_inputs=CommInputs(source="recorded", run=str(tmp_path / "a")))
+    second = collect_job(replay, tmp_path / "b", CollectOptions(slots=1, timeout_s=300))
+    assert second.num_context_switches == 0  # nothing waits for a peer: ranks run one after the other
+    assert second.max_active == 1
+    for rank in range(2):
+        g1, g2 = first.graph, second.graph
+        assert compare_comm_sequences(rank, g1.nodes[rank], g1.groups, g2.nodes[rank], g2.groups) is None
+        assert g2.summaries[rank].losses == g1.summaries[rank].losses

@@ -73,7 +73,7 @@ def reduction_cases(draw, ops=None):
 
 
 @given(reduction_cases(), st.integers(1, 3))
-@settings(max_examples=250, deadline=None)
+@settings(max_examples=120, deadline=None)
 def test_unchanged_inputs_give_the_collected_outputs_bit_for_bit(case, endpoints):
     algo, n, dtype, op, numel, premul, sandbox, seed = case
     inputs = make_inputs(n, numel, dtype, seed)
@@ -96,7 +96,7 @@ def tolerance(inputs, actual, premul, op, dtype):
 
 
 @given(reduction_cases(ops=("sum", "avg", "premul_sum", "bxor")), st.data())
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_changed_inputs_give_recorded_plus_delta_on_every_element(case, data):
     algo, n, dtype, op, numel, premul, sandbox, seed = case
     inputs = make_inputs(n, numel, dtype, seed)
@@ -140,7 +140,7 @@ def no_inverse_cases(draw):
 
 
 @given(no_inverse_cases())
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 def test_changed_inputs_without_inverse_reduce_the_owners_block_for_real_on_the_recorded_prefix(case):
     """min/max/product/band/bor: a sandbox owner's chunk folds the real inputs of the sandbox ranks
     just before it on the chunk's path onto the recorded prefix; chunks owned by vranks stay
@@ -204,7 +204,7 @@ def movement_cases(draw):
 
 
 @given(movement_cases(), st.integers(1, 2))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_gather_broadcast_all_to_all_and_p2p_deliver_recorded_values_and_real_sandbox_data(case, endpoints):
     algo, n, dtype, sandbox, root, hop, change, seed = case
     peer = (root + hop) % n

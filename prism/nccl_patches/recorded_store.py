@@ -1,0 +1,356 @@
+"""Recorded data of pruned collectives for one sandbox set, on disk.
+
+Layout (one safetensors file per pruned collective, written atomically; the tensors of a
+:class:`RecordedCollective` and its scalar fields in the file's metadata)::
+
+    RUN/payloads/pruned/<set key>/c/<group_id>/<seq>.<part>.safetensors          collectives
+    RUN/payloads/pruned/<set key>/p/<group_id>/<src>-<dst>.<seq>.<part>.safetensors   send/recv
+    RUN/payloads/pruned/<set key>/index.json      key -> file, algo, group size (write_index)
+
+Keys are ``c/<group_id>/<seq>/<part>`` and ``p/<group_id>/<src>-<dst>/<seq>/<part>`` (global
+ranks, per-pair sequence): the graph identities plus the part (one per tensor of a coalesced op,
+:func:`~prism.nccl_patches.vplan.op_parts`). The set key names the sandbox ranks the data was
+recorded for (``values.ranks`` at collect time); an emulation must use that same set.
+
+Writers: the collector calls :func:`record_for_values_ranks` / :func:`record_p2p_for_values_ranks`
+once per resolved op; :func:`derive_from_capture` computes the same files offline from a capture
+run (every rank's inputs, :mod:`prism.sandbox.engines.live` with ``capture_dir``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from prism.core.atomic import atomic_write_text
+from prism.core.errors import PrismError, RunDirError
+from prism.graph.records import CommOp
+
+from .compensation import RecordedCollective, record_for_sandbox
+from .schedule import Algo
+from .vplan import op_parts
+
+__all__ = [
+    "set_key",
+    "recorded_dir",
+    "collective_key",
+    "p2p_key",
+    "save_recorded",
+    "load_recorded",
+    "write_index",
+    "RecordedStore",
+    "record_for_values_ranks",
+    "record_p2p_for_values_ranks",
+    "derive_from_capture",
+    "CAPTURE_SCHEMA",
+]
+
+log = logging.getLogger(__name__)
+
+CAPTURE_SCHEMA = 1
+
+
+def set_key(ranks: Iterable[int]) -> str:
+    return "ranks-" + "_".join(str(r) for r in sorted(set(ranks)))
+
+
+def recorded_dir(run_dir: str | Path, ranks: Iterable[int]) -> Path:
+    return Path(run_dir) / "payloads" / "pruned" / set_key(ranks)
+
+
+def collective_key(group_id: str, seq: int, part: int) -> str:
+    return f"c/{group_id}/{seq}/{part}"
+
+
+def p2p_key(group_id: str, src: int, dst: int, seq: int, part: int) -> str:
+    return f"p/{group_id}/{src}-{dst}/{seq}/{part}"
+
+
+def _path(directory: Path, key: str) -> Path:
+    kind, group, *rest = key.split("/")
+    name = ".".join(rest) + ".safetensors"
+    return directory / kind / quote(group, safe="") / name
+
+
+# -------------------------------------------------------------------------------- one file
+
+
+def save_recorded(directory: str | Path, key: str, rec: RecordedCollective) -> Path:
+    tensors: dict[str, torch.Tensor] = {}
+    shared_out: list[int] = []
+    outs = list(rec.outputs.items())
+    if len(outs) > 1 and all(t is outs[0][1] for _, t in outs):
+        tensors["out"] = outs[0][1]
+        shared_out = [g for g, _ in outs]
+    else:
+        tensors.update({f"out.{g}": t for g, t in outs})
+    tensors.update({f"in.{g}": t for g, t in rec.inputs.items()})
+    tensors.update({f"entry.{g}": t for g, t in rec.entry_partials.items()})
+    tensors.update({f"sub.{g}": t for g, t in rec.subtree_partials.items()})
+    meta = {
+        "algo": rec.algo.value,
+        "group_size": str(rec.group_size),
+        "sandbox": json.dumps(list(rec.sandbox)),
+        "reduce_op": rec.reduce_op,
+        "root": str(rec.root),
+        "peer": str(rec.peer),
+        "premul": json.dumps({str(k): v for k, v in rec.premul.items()}),
+        "in_splits": json.dumps({str(k): list(v) for k, v in rec.in_splits.items()}),
+        "out_splits": json.dumps({str(k): list(v) for k, v in rec.out_splits.items()}),
+        "row_numel": str(rec.row_numel),
+        "shared_out": json.dumps(shared_out),
+    }
+    path = _path(Path(directory), key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}.{threading.get_ident()}")
+    save_file({k: v.detach().contiguous().clone() for k, v in tensors.items()}, str(tmp), metadata=meta)
+    tmp.replace(path)
+    return path
+
+
+def load_recorded(directory: str | Path, key: str) -> RecordedCollective | None:
+    """The record stored under ``key``; None when there is none."""
+    path = _path(Path(directory), key)
+    if not path.is_file():
+        return None
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata()
+    tensors = load_file(str(path))
+
+    def by_rank(prefix: str) -> dict[int, torch.Tensor]:
+        return {int(k.split(".", 1)[1]): v for k, v in tensors.items() if k.startswith(prefix + ".")}
+
+    outputs = by_rank("out")
+    for g in json.loads(meta["shared_out"]):
+        outputs[g] = tensors["out"]
+    return RecordedCollective(
+        Algo(meta["algo"]),
+        int(meta["group_size"]),
+        tuple(json.loads(meta["sandbox"])),
+        reduce_op=meta["reduce_op"],
+        root=int(meta["root"]),
+        peer=int(meta["peer"]),
+        inputs=by_rank("in"),
+        outputs=outputs,
+        premul={int(k): v for k, v in json.loads(meta["premul"]).items()},
+        entry_partials=by_rank("entry"),
+        subtree_partials=by_rank("sub"),
+        in_splits={int(k): tuple(v) for k, v in json.loads(meta["in_splits"]).items()},
+        out_splits={int(k): tuple(v) for k, v in json.loads(meta["out_splits"]).items()},
+        row_numel=int(meta["row_numel"]),
+    )
+
+
+def write_index(directory: str | Path) -> dict[str, dict]:
+    """Scan the files and write ``index.json`` (key -> file, algo, group size, bytes)."""
+    directory = Path(directory)
+    index: dict[str, dict] = {}
+    for path in sorted(directory.glob("[cp]/*/*.safetensors")):
+        kind, group = path.parent.parent.name, path.parent.name
+        stem = path.name[: -len(".safetensors")].split(".")
+        key = "/".join([kind, unquote(group), *stem])
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata()
+        index[key] = {"file": str(path.relative_to(directory)), "algo": meta["algo"],
+                      "group_size": int(meta["group_size"]), "bytes": path.stat().st_size}
+    atomic_write_text(directory / "index.json", json.dumps(index, indent=0, sort_keys=True))
+    return index
+
+
+class RecordedStore:
+    """Read side with a small prefetch pool: the replayer asks for the records of its next ops
+    ahead of time, the sandbox loads its own when it runs an op."""
+
+    def __init__(self, directory: str | Path, *, prefetch_workers: int = 2) -> None:
+        self.directory = Path(directory)
+        if not self.directory.is_dir():
+            raise RunDirError(f"{self.directory}: no recorded data for this sandbox set (collect the job with "
+                              "values.ranks set to it, or derive it from a capture run)")
+        self._pool = ThreadPoolExecutor(max_workers=prefetch_workers, thread_name_prefix="prism-prefetch")
+        self._pending: dict[str, Future] = {}
+        self._lock = threading.Lock()
+
+    def prefetch(self, keys: Iterable[str]) -> None:
+        with self._lock:
+            for key in keys:
+                if key not in self._pending:
+                    self._pending[key] = self._pool.submit(load_recorded, self.directory, key)
+
+    def get(self, key: str) -> RecordedCollective | None:
+        with self._lock:
+            fut = self._pending.pop(key, None)
+        return fut.result() if fut is not None else load_recorded(self.directory, key)
+
+    def num_parts(self, key_of_part) -> int:
+        """How many parts an op has: ``key_of_part(i)`` for i = 0, 1, ... until a file is missing."""
+        i = 0
+        while _path(self.directory, key_of_part(i)).is_file():
+            i += 1
+        return i
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+# ---------------------------------------------------------------------------- the writers
+
+
+def record_for_values_ranks(
+    run_dir: str | Path,
+    group_id: str,
+    seq: int,
+    op: str | CommOp,
+    reduce_op: str,
+    group_ranks: Sequence[int],
+    inputs_by_group_rank: Sequence[Sequence[torch.Tensor]],
+    values_ranks: Iterable[int],
+    *,
+    root: int = -1,
+    flat: bool = False,
+    in_splits_by_group_rank: Sequence[Sequence[int]] | None = None,
+) -> list[str]:
+    """Store what sandbox set ``values_ranks`` needs to run collective ``(group_id, seq)`` pruned.
+
+    ``inputs_by_group_rank[g]``: the tensors group rank g handed in (the collector's
+    ``Arrival.inputs``); ``root`` a global rank (-1 when none); ``flat`` the request's flat flag;
+    splits from each rank's header. Returns the keys written (none when no values rank is in the
+    group, or for a barrier, whose record is synthesized)."""
+    values = set(values_ranks)
+    op = CommOp(op) if isinstance(op, str) else op
+    sandbox = [g for g, r in enumerate(group_ranks) if r in values]
+    if not sandbox or op is CommOp.BARRIER:
+        return []
+    n = len(group_ranks)
+    if len(inputs_by_group_rank) != n:
+        raise PrismError(f"{op.value} {group_id}:{seq}: {len(inputs_by_group_rank)} inputs for a group of {n}")
+    root_g = list(group_ranks).index(root) if root >= 0 else 0
+    what = f"{op.value} {group_id}:{seq}"
+    splits = in_splits_by_group_rank or [()] * n
+    parts = [op_parts(op, inputs_by_group_rank[g], n=n, group_rank=g, root=root_g, flat=flat,
+                      in_splits=splits[g], what=what) for g in range(n)]
+    num_parts = {len(p) for p in parts}
+    if len(num_parts) != 1:
+        raise PrismError(f"{what}: ranks hand in different numbers of tensors ({sorted(num_parts)})")
+    directory = recorded_dir(run_dir, values)
+    keys = []
+    for i in range(num_parts.pop()):
+        mine = [p[i] for p in parts]
+        algo = mine[0].algo
+        rec = record_for_sandbox(
+            [m.data for m in mine], algo, reduce_op if algo.reduces else "", sandbox, root=mine[0].root,
+            in_splits=[m.in_splits for m in mine] if algo is Algo.DIRECT_ALL_TO_ALL else None,
+        )
+        if algo is Algo.CHAIN_BROADCAST:  # non-roots hand in a buffer, not a contribution
+            rec = _only_root_input(rec)
+        key = collective_key(group_id, seq, i)
+        save_recorded(directory, key, rec)
+        keys.append(key)
+    return keys
+
+
+def _only_root_input(rec: RecordedCollective) -> RecordedCollective:
+    return dataclasses.replace(rec, inputs={g: t for g, t in rec.inputs.items() if g == rec.root})
+
+
+def record_p2p_for_values_ranks(
+    run_dir: str | Path,
+    group_id: str,
+    group_ranks: Sequence[int],
+    src: int,
+    dst: int,
+    seq: int,
+    tensors: Sequence[torch.Tensor],
+    values_ranks: Iterable[int],
+) -> list[str]:
+    """Store message ``(src, dst, group_id, seq)`` (global ranks, per-pair sequence) for the
+    values ranks among src and dst: the message a vrank sender must deliver, or the one a vrank
+    receiver checks the sandbox sender's against."""
+    values = set(values_ranks)
+    if src not in values and dst not in values:
+        return []
+    ranks = list(group_ranks)
+    n, s, d = len(ranks), ranks.index(src), ranks.index(dst)
+    sandbox = [g for g in (s, d) if ranks[g] in values]
+    directory = recorded_dir(run_dir, values)
+    keys = []
+    for i, t in enumerate(tensors):
+        inputs = [t.detach().reshape(-1) if g == s else torch.empty(0, dtype=t.dtype) for g in range(n)]
+        rec = record_for_sandbox(inputs, Algo.P2P, "", sandbox, root=s, peer=d)
+        key = p2p_key(group_id, src, dst, seq, i)
+        save_recorded(directory, key, rec)
+        keys.append(key)
+    return keys
+
+
+# ------------------------------------------------------------------------- from a capture
+
+
+class _Capture:
+    """A capture run's files: per rank ``rank-R.json`` (op list) and ``rank-R.safetensors``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._meta: dict[int, dict[str, dict]] = {}
+        self._tensors: dict[int, dict[str, torch.Tensor]] = {}
+
+    def meta(self, rank: int) -> dict[str, dict]:
+        if rank not in self._meta:
+            path = self.directory / f"rank-{rank:05d}.json"
+            if not path.is_file():
+                raise RunDirError(f"{path}: no capture of rank {rank}")
+            data = json.loads(path.read_text())
+            if data.get("schema") != CAPTURE_SCHEMA:
+                raise RunDirError(f"{path}: capture schema {data.get('schema')} (expected {CAPTURE_SCHEMA})")
+            self._meta[rank] = {op["key"]: op for op in data["ops"]}
+        return self._meta[rank]
+
+    def inputs(self, rank: int, key: str) -> list[torch.Tensor]:
+        if rank not in self._tensors:
+            self._tensors[rank] = load_file(str(self.directory / f"rank-{rank:05d}.safetensors"))
+        op = self.meta(rank)[key]
+        return [self._tensors[rank][f"{key}/in/{i}"] for i in range(op["num_inputs"])]
+
+
+def derive_from_capture(run_dir: str | Path, capture_dir: str | Path, ranks: Iterable[int]) -> Path:
+    """Compute the recorded data of sandbox set ``ranks`` from a capture run (every rank's inputs
+    of every op), exactly as the collector would: same function, same inputs."""
+    ranks = sorted(set(ranks))
+    cap = _Capture(Path(capture_dir))
+    done: set[str] = set()
+    num = 0
+    for r in ranks:
+        for key, op in cap.meta(r).items():
+            if key in done:
+                continue
+            done.add(key)
+            members = op["group_ranks"]
+            if key.startswith("c/"):
+                for m in members:
+                    if key not in cap.meta(m):
+                        raise RunDirError(f"capture: rank {m} has no {op['op']} {key} (rank {r} has)")
+                num += len(record_for_values_ranks(
+                    run_dir, op["group_id"], op["seq"], op["op"], op["reduce_op"], members,
+                    [cap.inputs(m, key) for m in members], ranks, root=op["root"], flat=op["flat"],
+                    in_splits_by_group_rank=[cap.meta(m)[key]["in_splits"] for m in members],
+                ))
+            else:
+                src, dst = op["src"], op["dst"]
+                num += len(record_p2p_for_values_ranks(
+                    run_dir, op["group_id"], members, src, dst, op["seq"], cap.inputs(src, key), ranks,
+                ))
+    directory = recorded_dir(run_dir, ranks)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_index(directory)
+    log.info("derived %d pruned records for ranks %s into %s", num, ranks, directory)
+    return directory

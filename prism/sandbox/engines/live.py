@@ -1,0 +1,311 @@
+"""The ``live`` engine: a sandbox rank speaks the real (pruned) collective algorithms.
+
+Every op becomes one pruned collective per tensor (:func:`~prism.nccl_patches.vplan.op_parts`),
+run with :func:`~prism.nccl_patches.run_sandbox_side` over the transport of the op's group. The
+transport of a group connects its sandbox members and, when it has vranks, the replayer that
+hosts them (:func:`~prism.nccl_patches.vplan.endpoint_plan`); sandbox members talk directly. A
+group's transport is built the first time the group is used (virtualized initialization: no
+connection for groups that never communicate, none to pruned vranks).
+
+Ops run on one background thread per *channel* — the collectives of a group, and each
+(src, dst, group) message stream — in issue order, so DDP (which waits on futures) and pipeline
+schedules (which post a send and the opposite recv together) both progress. Futures complete
+from those threads.
+
+With every rank a sandbox rank and no replayer (``sandbox`` = all), this is a real all-rank run
+whose reductions follow prism's ring order, i.e. the values a collection produces; with
+``capture_dir`` each rank saves its inputs and outputs of every op (the capture run from which
+:func:`~prism.nccl_patches.recorded_store.derive_from_capture` builds recorded data).
+
+Ops whose input differs bitwise from the recorded one are *diverged* (outputs are recorded + Δ);
+they are listed in ``<out_dir>/rank-R.live.json`` with the op count, traffic and losses.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import save_file
+
+from prism.core.atomic import atomic_write_text
+from prism.core.errors import PrismError
+from prism.graph.records import CommOp
+from prism.nccl_patches import run_sandbox_side
+from prism.nccl_patches.parties import SandboxParty
+from prism.nccl_patches.recorded_store import CAPTURE_SCHEMA, RecordedStore, collective_key, p2p_key
+from prism.nccl_patches.vplan import (
+    WideTagTransport,
+    barrier_record,
+    collective_tag_base,
+    endpoint_plan,
+    op_parts,
+    p2p_tag_base,
+    transport_prefix,
+)
+
+from .base import CommEngine, CommRequest, GroupHandle
+
+__all__ = ["LiveEngine", "live_result_path"]
+
+log = logging.getLogger(__name__)
+
+_REDUCING = (CommOp.ALL_REDUCE, CommOp.REDUCE, CommOp.REDUCE_SCATTER)
+
+
+def live_result_path(out_dir: str | Path, rank: int) -> Path:
+    return Path(out_dir) / f"rank-{rank:05d}.live.json"
+
+
+class _Channel:
+    """One thread that runs a channel's ops in issue order."""
+
+    def __init__(self, name: str, run) -> None:
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._run = run
+        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while (item := self.queue.get()) is not None:
+            self._run(*item)
+
+
+class LiveEngine(CommEngine):
+    name = "live"
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        world_size: int,
+        sandbox: Sequence[int] | None,
+        transport_store: str,
+        num_replayers: int = 1,
+        recorded_dir: str | None = None,
+        out_dir: str = ".",
+        capture_dir: str | None = None,
+        timeout_s: float = 300.0,
+    ) -> None:
+        self.rank = rank
+        self.sandbox = frozenset(range(world_size) if sandbox is None else sandbox)
+        if rank not in self.sandbox:
+            raise PrismError(f"live engine: rank {rank} is not in the sandbox set {sorted(self.sandbox)}")
+        self.num_replayers = num_replayers
+        self.timeout_s = timeout_s
+        self.out_dir = Path(out_dir)
+        self.capture_dir = Path(capture_dir) if capture_dir else None
+        self._store_addr = transport_store
+        self._store: dist.Store | None = None
+        self._recorded = RecordedStore(recorded_dir, prefetch_workers=1) if recorded_dir else None
+        self._lock = threading.Lock()
+        self._channels: dict[tuple, _Channel] = {}
+        self._transports: dict[str, WideTagTransport] = {}
+        self._transport_locks: dict[str, threading.Lock] = {}
+        self._num_ops = 0
+        self._diverged: list[dict] = []
+        self._traffic_bytes = 0
+        self._first_done_unix_s: float | None = None
+        self._capture_meta: list[dict] = []
+        self._capture_tensors: dict[str, torch.Tensor] = {}
+
+    # ------------------------------------------------------------------------------ plumbing
+
+    def _transport_store(self) -> dist.Store:
+        with self._lock:
+            if self._store is None:
+                host, _, port = self._store_addr.rpartition(":")
+                self._store = dist.TCPStore(host, int(port), is_master=False, wait_for_workers=False,
+                                            timeout=datetime.timedelta(seconds=self.timeout_s))
+            return self._store
+
+    def _transport(self, group: GroupHandle) -> WideTagTransport:
+        gid = group.group_id
+        with self._lock:
+            lock = self._transport_locks.setdefault(gid, threading.Lock())
+        with lock:
+            if gid not in self._transports:
+                plan = endpoint_plan(gid, group.ranks, self.sandbox, self.num_replayers)
+                log.debug("rank %d: transport of group %s, %d endpoints", self.rank, gid, plan.num_endpoints)
+                self._transports[gid] = WideTagTransport.connect(
+                    self._transport_store(), plan.endpoint_of[group.group_rank], plan.num_endpoints,
+                    plan.endpoint_of, timeout_s=self.timeout_s, prefix=transport_prefix(gid),
+                )
+            return self._transports[gid]
+
+    @staticmethod
+    def _ends(req: CommRequest) -> tuple[int, int]:
+        me = req.group.global_rank
+        return (me, req.peer) if req.op is CommOp.SEND else (req.peer, me)
+
+    def submit(self, request: CommRequest) -> torch.futures.Future:
+        future: torch.futures.Future = torch.futures.Future()
+        if request.op in (CommOp.SEND, CommOp.RECV):
+            src, dst = self._ends(request)
+            channel = ("p", request.group.group_id, src, dst)
+        else:
+            channel = ("c", request.group.group_id)
+        snapshot = [t.detach().clone() for t in request.inputs] if self.capture_dir else None
+        with self._lock:
+            ch = self._channels.get(channel)
+            if ch is None:
+                ch = self._channels[channel] = _Channel(f"prism-live-{'-'.join(map(str, channel))}", self._run)
+        ch.queue.put((request, future, snapshot))
+        return future
+
+    def _run(self, req: CommRequest, future: torch.futures.Future, snapshot) -> None:
+        try:
+            with torch.no_grad():
+                self._execute(req, snapshot)
+        except BaseException as e:  # noqa: BLE001 - delivered to the waiter
+            log.debug("rank %d: %s %s:%d failed", self.rank, req.op.value, req.group.group_id, req.seq, exc_info=True)
+            future.set_exception(e)
+            return
+        with self._lock:
+            if self._first_done_unix_s is None:
+                self._first_done_unix_s = time.time()
+        future.set_result(req.outputs)
+
+    # ------------------------------------------------------------------------------ one op
+
+    def _key(self, req: CommRequest, part: int) -> str:
+        if req.op in (CommOp.SEND, CommOp.RECV):
+            src, dst = self._ends(req)
+            return p2p_key(req.group.group_id, src, dst, req.seq, part)
+        return collective_key(req.group.group_id, req.seq, part)
+
+    def _execute(self, req: CommRequest, snapshot) -> None:
+        g = req.group
+        n, me = g.size, g.group_rank
+        what = f"rank {self.rank}: {req.op.value} on group {g.group_id} seq {req.seq}"
+        root, peer = (g.to_group_rank(req.root) if req.root >= 0 else 0), -1
+        if req.op in (CommOp.SEND, CommOp.RECV):
+            src, dst = self._ends(req)
+            root, peer = g.to_group_rank(src), g.to_group_rank(dst)
+        parts = op_parts(req.op, req.inputs, n=n, group_rank=me, root=root, peer=peer, flat=req.flat,
+                         in_splits=req.in_splits, out_splits=req.out_splits, outputs=req.outputs, what=what)
+        reduce_op = "sum" if req.op is CommOp.BARRIER else (req.reduce_op if req.op in _REDUCING else "")
+        outs: list[torch.Tensor | None] = []
+        diverged = False
+        transport = self._transport(g) if n > 1 else None
+        is_p2p = req.op in (CommOp.SEND, CommOp.RECV)
+        for i, part in enumerate(parts):
+            a2a = part.in_splits is not None
+            kw = dict(group_size=n, reduce_op=reduce_op, root=part.root, peer=part.peer,
+                      in_splits=part.in_splits if a2a else None, out_splits=part.out_splits if a2a else None)
+            if transport is None:
+                outs.append(SandboxParty(part.algo, me, part.data, **kw).output())
+                continue
+            if req.op is CommOp.BARRIER:
+                rec = barrier_record(n, [gr for gr, r in enumerate(g.ranks) if r in self.sandbox])
+            else:
+                rec = self._recorded.get(self._key(req, i)) if self._recorded else None
+            tag_base = p2p_tag_base(req.seq, i, n) if is_p2p else collective_tag_base(req.seq, i, n)
+            res = run_sandbox_side(transport, part.algo, me, part.data, recorded=rec, tag_base=tag_base,
+                                   timeout_s=self.timeout_s, **kw)
+            outs.append(res.output)
+            diverged |= res.diverged
+            self._traffic_bytes += sum(t.num_bytes for t in res.traffic.values())
+        _write_outputs(req, outs, me, root)
+        with self._lock:
+            self._num_ops += 1
+            if diverged:
+                self._diverged.append({"key": self._key(req, 0).rsplit("/", 1)[0], "op": req.op.value})
+            if self.capture_dir is not None:
+                self._capture(req, snapshot)
+
+    # ------------------------------------------------------------------------------ capture
+
+    def _capture(self, req: CommRequest, snapshot: list[torch.Tensor]) -> None:
+        key = self._key(req, 0).rsplit("/", 1)[0]
+        g = req.group
+        meta = {"key": key, "op": req.op.value, "group_id": g.group_id, "seq": req.seq,
+                "group_ranks": list(g.ranks), "root": req.root if req.op not in (CommOp.SEND, CommOp.RECV) else -1,
+                "flat": req.flat, "coalesced": req.coalesced, "reduce_op": req.reduce_op,
+                "in_splits": list(req.in_splits), "out_splits": list(req.out_splits),
+                "num_inputs": len(snapshot), "num_outputs": len(req.outputs)}
+        if req.op in (CommOp.SEND, CommOp.RECV):
+            meta["src"], meta["dst"] = self._ends(req)
+        self._capture_meta.append(meta)
+        for i, t in enumerate(snapshot):
+            self._capture_tensors[f"{key}/in/{i}"] = t.contiguous()
+        for i, t in enumerate(req.outputs):
+            self._capture_tensors[f"{key}/out/{i}"] = t.detach().clone().contiguous()
+
+    # ------------------------------------------------------------------------------- finish
+
+    def shutdown(self) -> None:
+        with self._lock:
+            channels = list(self._channels.values())
+        for ch in channels:
+            ch.queue.put(None)
+        for ch in channels:
+            ch.thread.join(timeout=self.timeout_s)
+        from ..shim import current_sandbox  # the recorder holds the losses
+
+        sandbox = current_sandbox()
+        result = {
+            "rank": self.rank,
+            "num_ops": self._num_ops,
+            "diverged_ops": self._diverged,
+            "num_transports": len(self._transports),
+            "traffic_bytes": self._traffic_bytes,
+            "first_op_done_unix_s": self._first_done_unix_s,
+            "losses": list(sandbox.recorder.losses) if sandbox else [],
+            "step_times_ns": list(sandbox.recorder.step_times_ns) if sandbox else [],
+        }
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(live_result_path(self.out_dir, self.rank), json.dumps(result, indent=1))
+        if self.capture_dir is not None:
+            self.capture_dir.mkdir(parents=True, exist_ok=True)
+            save_file(self._capture_tensors, str(self.capture_dir / f"rank-{self.rank:05d}.safetensors"))
+            atomic_write_text(self.capture_dir / f"rank-{self.rank:05d}.json",
+                              json.dumps({"schema": CAPTURE_SCHEMA, "rank": self.rank, "ops": self._capture_meta}))
+        if self._recorded is not None:
+            self._recorded.close()
+        for t in self._transports.values():
+            t.close()
+
+
+def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    dst.copy_(src.reshape(dst.shape))
+
+
+def _write_outputs(req: CommRequest, outs: list[torch.Tensor | None], me: int, root: int) -> None:
+    """Copy the flat results of the parts into the script's output tensors."""
+    op, n = req.op, req.group.size
+    if op in (CommOp.ALL_REDUCE, CommOp.RECV) or (op is CommOp.REDUCE and me == root):
+        for t, o in zip(req.outputs, outs, strict=True):
+            _copy(t, o)
+    elif op is CommOp.BROADCAST:
+        if me != root:
+            for t, o in zip(req.outputs, outs, strict=True):
+                _copy(t, o)
+    elif op is CommOp.ALL_GATHER and req.flat:
+        for t, o in zip(req.outputs, outs, strict=True):
+            _copy(t, o)
+    elif op is CommOp.ALL_GATHER or (op is CommOp.GATHER and me == root):
+        for i, o in enumerate(outs):
+            for j, piece in enumerate(o.chunk(n) if o.numel() else [o] * n):
+                _copy(req.outputs[i * n + j], piece)
+    elif op is CommOp.REDUCE_SCATTER:
+        for t, o in zip(req.outputs, outs, strict=True):
+            _copy(t, o)
+    elif op is CommOp.ALL_TO_ALL:
+        if req.flat:
+            _copy(req.outputs[0], outs[0])
+        else:
+            pieces = outs[0].split([t.numel() for t in req.outputs])
+            for t, piece in zip(req.outputs, pieces, strict=True):
+                _copy(t, piece)
+    elif op is CommOp.SCATTER:
+        m = req.outputs[0].numel()
+        _copy(req.outputs[0], outs[0][me * m : (me + 1) * m])

@@ -1,0 +1,249 @@
+"""Start an emulation: sandbox rank workers (``live`` engine) plus replayers, under one supervisor.
+
+This module starts both roles by module name and spec file and imports neither the sandbox
+nor anything above it (``prism.sandbox.worker --spec``, ``prism.vrank_replayer.replayer --spec``).
+The launcher hosts two kinds of rendezvous in one TCPStore: the script's logical store (W
+participants, of which only the sandbox ranks exist; the lowest sandbox rank completes store
+barriers for the others, ``ShimConfig.present_ranks``) and the transports' stores (one prefix per
+logical group that has a sandbox member). The first process that fails stops all of them.
+
+:func:`capture_job` runs every rank of the job as a sandbox rank (no replayer): a real all-rank
+run whose reductions follow prism's ring order — the values a collection produces — saving
+every rank's inputs and outputs of every op, from which
+:func:`~prism.nccl_patches.recorded_store.derive_from_capture` computes the recorded data of any
+sandbox set without ``prism collect``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch.distributed as dist
+
+from prism.core.config import JobConfig
+from prism.core.errors import PrismError, RankFailedError, RunDirError
+from prism.core.rundir import RunDir
+from prism.core.supervise import Supervisor, package_env
+from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec
+from prism.nccl_patches.recorded_store import derive_from_capture, recorded_dir
+
+from .replayer import REPLAYER_MODULE, ReplayerSpec, replayer_result_path
+
+__all__ = [
+    "EmulateOptions",
+    "SandboxRankResult",
+    "ReplayerResult",
+    "EmulateResult",
+    "emulate",
+    "capture_job",
+    "with_steps",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EmulateOptions:
+    ranks: tuple[int, ...]
+    """The sandbox set: logical ranks that run the real script."""
+    steps: int | None = None
+    """Run this many steps (overrides the script's ``--steps``); None: as recorded."""
+    num_replayers: int = 1
+    graph_kind: str = ""
+    """Which graph the replayers walk: ``bare`` (collect) or ``real`` (record); "" = bare if present."""
+    recorded_dir: str = ""
+    """Recorded data of the sandbox set; "" = RUN/payloads/pruned/<set>."""
+    capture_dir: str = ""
+    """If set, each sandbox rank saves its inputs and outputs of every op here."""
+    timeout_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxRankResult:
+    rank: int
+    losses: tuple[float, ...]
+    step_times_ns: tuple[int, ...]
+    num_ops: int
+    diverged_ops: tuple[str, ...]
+    """Ops whose input differed from the recorded one (outputs are recorded + Δ): ``<op> <key>``."""
+    num_transports: int
+    traffic_bytes: int
+    first_op_done_s: float | None
+    """Seconds from launch to this rank's first completed op."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayerResult:
+    index: int
+    num_channels: int
+    num_transports: int
+    num_ops: int
+    num_steps: int
+    traffic_bytes: int
+    peak_rss_bytes: int
+    first_op_done_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class EmulateResult:
+    world_size: int
+    ranks: dict[int, SandboxRankResult]
+    replayers: tuple[ReplayerResult, ...]
+    wall_s: float
+    out_dir: Path
+    graph_kind: str
+    extra: dict = field(default_factory=dict)
+
+
+def with_steps(job: JobConfig, steps: int | None) -> JobConfig:
+    """The job with the script's ``--steps`` set to ``steps``."""
+    if steps is None:
+        return job
+    args = list(job.args)
+    for i, a in enumerate(args):
+        if a == "--steps" and i + 1 < len(args):
+            args[i + 1] = str(steps)
+            return dataclasses.replace(job, args=tuple(args))
+        if a.startswith("--steps="):
+            args[i] = f"--steps={steps}"
+            return dataclasses.replace(job, args=tuple(args))
+    raise PrismError(f"steps: the job's args {list(job.args)} have no --steps to override")
+
+
+def _worker_spec(job: JobConfig, rank: int, *, present: tuple[int, ...], store_addr: str, out_dir: Path,
+                 timeout_s: float, engine_options: dict[str, str], origin_ns: int) -> WorkerSpec:
+    shim = ShimConfig(rank=rank, world_size=job.world_size, local_rank=rank % job.ranks_per_node,
+                      ranks_per_node=job.ranks_per_node, device=job.device, store_addr=store_addr,
+                      present_ranks=len(present), is_store_leader=rank == present[0], timeout_s=timeout_s,
+                      clock_origin_ns=origin_ns)
+    return WorkerSpec(shim=shim, engine="live",
+                      entrypoint=job.entrypoint if job.is_module else str(job.script_path),
+                      args=job.args, cwd=job.base_dir if job.is_module else str(job.script_path.parent),
+                      out_dir=str(out_dir), env=dict(job.env), engine_options=engine_options)
+
+
+def _start_store(timeout_s: float) -> tuple[dist.TCPStore, str]:
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=timeout_s))
+    return store, f"127.0.0.1:{store.port}"
+
+
+def _supervise(out_dir: Path, world_size: int, starts: list[tuple[int, list[str]]], timeout_s: float) -> None:
+    env = package_env()
+    with Supervisor(error_dir=out_dir, log_dir=out_dir / "logs") as sup:
+        for key, argv in starts:
+            sup.start(key, argv, env)
+        try:
+            sup.wait_all(timeout_s=timeout_s)
+        except RankFailedError as e:
+            if e.rank >= world_size:  # a replayer: its error text says which
+                raise RankFailedError(e.rank, e.traceback_text, exit_code=e.exit_code) from None
+            raise
+
+
+def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
+    """Run the sandbox ranks for real and every other rank as a vrank; return per-rank results."""
+    run = RunDir(Path(run_dir))
+    job = with_steps(run.load_job(), options.steps)
+    ranks = tuple(sorted(set(options.ranks)))
+    bad = [r for r in ranks if not 0 <= r < job.world_size]
+    if not ranks or bad:
+        raise PrismError(f"ranks: {list(bad) or 'none'} outside 0-{job.world_size - 1}")
+    kind = options.graph_kind or ("bare" if run.graph_dir("bare").is_dir() else "real")
+    if not run.graph_dir(kind).is_dir():
+        raise RunDirError(f"{run.root}: no graph/{kind} (run prism collect or prism record first)")
+    recorded = Path(options.recorded_dir) if options.recorded_dir else recorded_dir(run.root, ranks)
+    if not recorded.is_dir():
+        raise RunDirError(f"{recorded}: no recorded data for sandbox ranks {list(ranks)}; collect with "
+                          f"values.ranks: {','.join(map(str, ranks))} (or derive it from a capture run)")
+    out = run.root / "emulations" / time.strftime("%Y%m%d-%H%M%S") / f"ranks-{'_'.join(map(str, ranks))}"
+    out.mkdir(parents=True, exist_ok=True)
+    store, addr = _start_store(options.timeout_s)
+    launched = time.time()
+    origin = time.perf_counter_ns()
+    opts = {"sandbox": ",".join(map(str, ranks)), "transport_store": addr,
+            "num_replayers": str(options.num_replayers), "recorded_dir": str(recorded),
+            "capture_dir": options.capture_dir}
+    starts = []
+    for r in ranks:
+        path = out / f"spec-{r:05d}.json"
+        path.write_text(_worker_spec(job, r, present=ranks, store_addr=addr, out_dir=out, timeout_s=options.timeout_s,
+                                     engine_options=opts, origin_ns=origin).to_json())
+        starts.append((r, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)]))
+    for i in range(options.num_replayers):
+        spec = ReplayerSpec(index=i, num_replayers=options.num_replayers, sandbox=ranks,
+                            graph_dir=str(run.graph_dir(kind)), recorded_dir=str(recorded), transport_store=addr,
+                            out_dir=str(out), supervisor_key=job.world_size + i, steps=options.steps,
+                            timeout_s=options.timeout_s)
+        path = out / f"replayer-{i:03d}.spec.json"
+        path.write_text(spec.to_json())
+        starts.append((job.world_size + i, [sys.executable, "-m", REPLAYER_MODULE, "--spec", str(path)]))
+    _supervise(out, job.world_size, starts, options.timeout_s)
+    wall = time.time() - launched
+    del store
+    return _collect_results(out, job.world_size, ranks, options.num_replayers, launched, wall, kind)
+
+
+def _since(t: float | None, launched: float) -> float | None:
+    return None if t is None else t - launched
+
+
+def _live_path(out: Path, rank: int) -> Path:
+    return out / f"rank-{rank:05d}.live.json"  # written by the live engine (prism.sandbox.engines.live)
+
+
+def _collect_results(out: Path, world_size: int, ranks, num_replayers: int, launched: float, wall: float,
+                     kind: str) -> EmulateResult:
+    per_rank = {}
+    for r in ranks:
+        d = json.loads(_live_path(out, r).read_text())
+        per_rank[r] = SandboxRankResult(
+            rank=r, losses=tuple(d["losses"]), step_times_ns=tuple(d["step_times_ns"]), num_ops=d["num_ops"],
+            diverged_ops=tuple(f"{x['op']} {x['key']}" for x in d["diverged_ops"]),
+            num_transports=d["num_transports"], traffic_bytes=d["traffic_bytes"],
+            first_op_done_s=_since(d["first_op_done_unix_s"], launched),
+        )
+    reps = []
+    for i in range(num_replayers):
+        d = json.loads(replayer_result_path(out, i).read_text())
+        reps.append(ReplayerResult(
+            index=i, num_channels=d["num_channels"], num_transports=d["num_transports"], num_ops=d["num_ops"],
+            num_steps=d["num_steps"], traffic_bytes=d["traffic_bytes"], peak_rss_bytes=d["peak_rss_bytes"],
+            first_op_done_s=_since(d["first_op_done_unix_s"], launched),
+        ))
+    return EmulateResult(world_size, per_rank, tuple(reps), wall, out, kind)
+
+
+def capture_job(job: JobConfig, run_dir: str | Path, *, derive_for: tuple[int, ...] = (),
+                timeout_s: float = 600.0) -> Path:
+    """Run all W ranks as sandbox ranks with prism's ring order and save every rank's comm
+    inputs/outputs to RUN/capture/; then derive the recorded data of sandbox set ``derive_for``."""
+    run = RunDir(Path(run_dir))
+    run.root.mkdir(parents=True, exist_ok=True)
+    if not run.job_file.is_file():
+        run.save_job(job)
+    capture = run.root / "capture"
+    out = capture / "workers"
+    out.mkdir(parents=True, exist_ok=True)
+    store, addr = _start_store(timeout_s)
+    origin = time.perf_counter_ns()
+    everyone = tuple(range(job.world_size))
+    opts = {"sandbox": "all", "transport_store": addr, "capture_dir": str(capture)}
+    starts = []
+    for r in everyone:
+        path = out / f"spec-{r:05d}.json"
+        path.write_text(_worker_spec(job, r, present=everyone, store_addr=addr, out_dir=out, timeout_s=timeout_s,
+                                     engine_options=opts, origin_ns=origin).to_json())
+        starts.append((r, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)]))
+    _supervise(out, job.world_size, starts, timeout_s)
+    del store
+    if derive_for:
+        derive_from_capture(run.root, capture, derive_for)
+    return capture

@@ -1,0 +1,226 @@
+"""A replayer process: hosts the neighbor vranks of many groups and plays their part of every op
+that involves a sandbox rank (``python -m prism.vrank_replayer.replayer --spec SPEC.json``).
+
+One thread per channel (:mod:`.plan`) walks its ops in order: ask the clock when the vranks
+issue, load the op's recorded data (prefetched a few ops ahead), and run
+:func:`~prism.nccl_patches.run_neighbor_side` for the vranks the pruned schedule needs over the
+group's transport. Pruned vranks cost nothing: no thread, no buffer, no connection. On success
+``<out>/replayer-<i>.json`` holds the figures; on failure the traceback goes to the error file
+the supervisor reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import logging
+import os
+import resource
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from prism.core.atomic import atomic_write_text
+from prism.core.errors import PrismError, RunDirError
+from prism.core.workerspec import error_path
+from prism.graph.io import read_graph
+from prism.graph.records import CommOp, Node
+from prism.nccl_patches import neighbor_ranks, run_neighbor_side
+from prism.nccl_patches.recorded_store import RecordedStore, collective_key, p2p_key
+from prism.nccl_patches.vplan import (
+    WideTagTransport,
+    barrier_record,
+    collective_tag_base,
+    endpoint_plan,
+    p2p_tag_base,
+    transport_prefix,
+)
+
+from .clock import AsapClock, Clock
+from .plan import Channel, plan_channels
+
+__all__ = ["ReplayerSpec", "Replayer", "replayer_result_path", "REPLAYER_MODULE"]
+
+log = logging.getLogger(__name__)
+
+REPLAYER_MODULE = "prism.vrank_replayer.replayer"
+_PREFETCH_OPS = 4
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReplayerSpec:
+    index: int
+    num_replayers: int
+    sandbox: tuple[int, ...]
+    graph_dir: str
+    recorded_dir: str
+    transport_store: str
+    out_dir: str
+    supervisor_key: int
+    """The id the supervisor knows this process by (names its error file)."""
+    steps: int | None = None
+    timeout_s: float = 300.0
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @staticmethod
+    def from_json(text: str) -> ReplayerSpec:
+        data = json.loads(text)
+        data["sandbox"] = tuple(data["sandbox"])
+        return ReplayerSpec(**data)
+
+
+def replayer_result_path(out_dir: str | Path, index: int) -> Path:
+    return Path(out_dir) / f"replayer-{index:03d}.json"
+
+
+class Replayer:
+    def __init__(self, spec: ReplayerSpec, *, clock: Clock | None = None) -> None:
+        self.spec = spec
+        self.clock = clock or AsapClock()
+        self.sandbox = frozenset(spec.sandbox)
+        graph = read_graph(spec.graph_dir)
+        self.channels = plan_channels(graph, self.sandbox, spec.index, spec.num_replayers, steps=spec.steps)
+        del graph  # the channels keep the nodes they need
+        self.store = RecordedStore(spec.recorded_dir)
+        self._lock = threading.Lock()
+        self._tstore: dist.Store | None = None
+        self._transports: dict[str, WideTagTransport] = {}
+        self._transport_locks: dict[str, threading.Lock] = {}
+        self._errors: list[BaseException] = []
+        self.num_ops = 0
+        self.num_steps = 0
+        self.traffic_bytes = 0
+        self.first_op_done_unix_s: float | None = None
+
+    # ------------------------------------------------------------------------------ transports
+
+    def _transport(self, ch: Channel) -> WideTagTransport:
+        with self._lock:
+            if self._tstore is None:
+                host, _, port = self.spec.transport_store.rpartition(":")
+                self._tstore = dist.TCPStore(host, int(port), is_master=False, wait_for_workers=False,
+                                             timeout=datetime.timedelta(seconds=self.spec.timeout_s))
+            lock = self._transport_locks.setdefault(ch.group_id, threading.Lock())
+        with lock:
+            if ch.group_id not in self._transports:
+                plan = endpoint_plan(ch.group_id, ch.members, self.sandbox, self.spec.num_replayers)
+                self._transports[ch.group_id] = WideTagTransport.connect(
+                    self._tstore, plan.replayer_endpoint, plan.num_endpoints, plan.endpoint_of,
+                    timeout_s=self.spec.timeout_s, prefix=transport_prefix(ch.group_id),
+                )
+            return self._transports[ch.group_id]
+
+    # ---------------------------------------------------------------------------- one channel
+
+    def _keys(self, ch: Channel, node: Node, part: int) -> str:
+        if ch.is_p2p:
+            return p2p_key(ch.group_id, ch.src, ch.dst, node.seq, part)
+        return collective_key(ch.group_id, node.seq, part)
+
+    def _records(self, ch: Channel, node: Node) -> list:
+        n = len(ch.members)
+        if node.op is CommOp.BARRIER:
+            return [barrier_record(n, [g for g, r in enumerate(ch.members) if r in self.sandbox])]
+        num = self.store.num_parts(lambda i: self._keys(ch, node, i))
+        if num == 0:
+            what = f"{node.op.value} on group {ch.group_id} seq {node.seq}"
+            if ch.is_p2p:
+                what = f"message {ch.src}->{ch.dst} on group {ch.group_id} seq {node.seq}"
+            raise RunDirError(f"{self.spec.recorded_dir}: no recorded data for {what} (rank {node.rank}, "
+                              f"{node.call_site or '?'}); record it for sandbox ranks {sorted(self.sandbox)}")
+        return [self.store.get(self._keys(ch, node, i)) for i in range(num)]
+
+    def _serve(self, ch: Channel) -> None:
+        transport = self._transport(ch)
+        n = len(ch.members)
+        for k, node in enumerate(ch.nodes):
+            self.store.prefetch(self._keys(ch, nxt, 0) for nxt in ch.nodes[k + 1 : k + 1 + _PREFETCH_OPS]
+                                if nxt.op is not CommOp.BARRIER)
+            for part, rec in enumerate(self._records(ch, node)):
+                hosted = neighbor_ranks(rec)
+                if not hosted:
+                    continue
+                for v in sorted(hosted):
+                    self.clock.wait_until_issue(ch.members[v], node)
+                base = p2p_tag_base(node.seq, part, n) if ch.is_p2p else collective_tag_base(node.seq, part, n)
+                res = run_neighbor_side(transport, rec, hosted, tag_base=base, timeout_s=self.spec.timeout_s)
+                for v in sorted(hosted):
+                    self.clock.on_complete(ch.members[v], node)
+                with self._lock:
+                    self.num_steps += res.num_steps
+                    self.traffic_bytes += sum(t.num_bytes for t in res.traffic.values())
+            with self._lock:
+                self.num_ops += 1
+                if self.first_op_done_unix_s is None:
+                    self.first_op_done_unix_s = time.time()
+
+    def _thread(self, ch: Channel) -> None:
+        try:
+            with torch.no_grad():
+                self._serve(ch)
+        except BaseException as e:  # noqa: BLE001 - reported by run()
+            log.error("replayer %d: channel %s failed", self.spec.index, ch.name, exc_info=True)
+            with self._lock:
+                self._errors.append(e)
+
+    def run(self) -> dict:
+        start = time.time()
+        threads = [threading.Thread(target=self._thread, args=(ch,), name=f"prism-replay-{ch.name}", daemon=True)
+                   for ch in self.channels]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + self.spec.timeout_s
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+            if self._errors:
+                break
+        if self._errors:
+            raise self._errors[0]
+        stuck = [t.name for t in threads if t.is_alive()]
+        if stuck:
+            raise PrismError(f"replayer {self.spec.index}: channels still waiting after {self.spec.timeout_s:.0f} s: {stuck}")
+        self.store.close()
+        return {
+            "index": self.spec.index,
+            "num_channels": len(self.channels),
+            "num_transports": len(self._transports),
+            "num_ops": self.num_ops,
+            "num_steps": self.num_steps,
+            "traffic_bytes": self.traffic_bytes,
+            "first_op_done_unix_s": self.first_op_done_unix_s,
+            "wall_s": time.time() - start,
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {REPLAYER_MODULE}")
+    parser.add_argument("--spec", required=True)
+    ns = parser.parse_args(argv)
+    spec = ReplayerSpec.from_json(Path(ns.spec).read_text())
+    logging.basicConfig(level=os.environ.get("PRISM_LOG_LEVEL", "WARNING"),
+                        format=f"[replayer{spec.index}] %(levelname)s %(name)s: %(message)s")
+    try:
+        result = Replayer(spec).run()
+    except BaseException:
+        atomic_write_text(error_path(spec.out_dir, spec.supervisor_key), f"replayer {spec.index}:\n{traceback.format_exc()}")
+        return 1
+    atomic_write_text(replayer_result_path(spec.out_dir, spec.index), json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # gloo threads must not hold up the exit

@@ -1,0 +1,31 @@
+"""The job-file keys of prism collect: values and comm_inputs."""
+
+import pytest
+
+from prism.core.config import job_from_dict
+from prism.core.errors import ConfigError
+from tests.conftest import ASSETS
+
+pytestmark = pytest.mark.timeout(30)
+
+BASE = {"name": "x", "entrypoint": "train.py", "world_size": 4}
+DIR = ASSETS / "jobs/collect_ops4"
+
+
+def test_defaults_record_small_values_by_context_switching():
+    job = job_from_dict(BASE, base_dir=DIR)
+    assert (job.values.record, job.values.small_max_bytes, job.values.ranks) == ("small", 65536, "")
+    assert job.comm_inputs.source == "context_switch"
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"values": {"ranks": "2-9"}}, "values.ranks: ranks 4-9 are outside 0-3"),
+    ({"values": {"record": "all"}}, "values.record: must be 'small' or 'none'"),
+    ({"values": {"small_max_bytes": -1}}, "values.small_max_bytes: must be >= 0"),
+    ({"comm_inputs": {"source": "magic"}}, "comm_inputs.source: must be 'context_switch' or 'recorded'"),
+    ({"comm_inputs": {"source": "recorded"}}, "comm_inputs.run: comm_inputs.source 'recorded' needs"),
+    ({"values": {"rank": "1"}}, "values.rank: unknown key"),
+])
+def test_bad_keys_are_named(extra, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        job_from_dict({**BASE, **extra}, base_dir=DIR)
