@@ -20,8 +20,9 @@ Model (a pure function of the graph; all ranks start at t=0):
 
 Transfer times come from the recording itself: a collective instance takes the minimum observed
 ``duration_ns`` over its members (the last to arrive waits least, so its duration is closest to
-the pure transfer); a message takes its RECV's duration measured from ``max(send start, recv
-start)`` when all three times are known, else the SEND's ``duration_ns``.
+the pure transfer). A message, when the recording's ranks share one clock
+(``graph.meta["clock"] == "shared"``), takes its RECV's end minus ``max(send start, recv start)``;
+otherwise the smaller of the SEND's and the RECV's ``duration_ns`` (the later side waited least).
 
 The pass is event driven (a heap of rank clocks) and linear in the number of nodes, up to the heap's
 log factor. If no rank can progress while some have not finished, it raises GraphError listing each

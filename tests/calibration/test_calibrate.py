@@ -1,0 +1,130 @@
+"""Slices, merging slice measurements onto a bare graph, and inter-slice calibration."""
+
+import dataclasses
+
+import pytest
+
+from prism.calibration import apply_measurements, calibrate, plan_slices, representatives
+from prism.core.errors import GraphError
+from prism.graph.records import RankSummary
+from prism.graph.text import parse_graph
+
+pytestmark = pytest.mark.timeout(30)
+
+# A 2-stage GPipe step as collect saw it: the structure is right, the times are not (the ranks
+# were context-switched on shared slots).
+BARE = """
+graph world_size=2 kind=bare
+group 0 ranks=0,1 desc=pp
+r0#0 COMP d=7
+r0#1 SEND g0:0 ->1 32KiB bf16[16,1024] d=999
+r0#2 COMP d=7
+r0#3 SEND g0:1 ->1 32KiB bf16[16,1024] d=999
+r0#4 RECV g0:0 <-1 32KiB bf16[16,1024]
+r0#5 COMP d=7
+r0#6 RECV g0:1 <-1 32KiB bf16[16,1024]
+r0#7 COMP d=7
+r0#8 MARK step_end
+r1#0 RECV g0:0 <-0 32KiB bf16[16,1024]
+r1#1 COMP d=3
+r1#2 COMP d=1
+r1#3 SEND g0:0 ->0 32KiB bf16[16,1024] d=999
+r1#4 RECV g0:1 <-0 32KiB bf16[16,1024]
+r1#5 COMP d=5
+r1#6 SEND g0:1 ->0 32KiB bf16[16,1024] d=999
+r1#7 MARK step_end
+"""
+
+# What each rank recorded in its own slice (peers virtual, answering at once): forward 100 ns,
+# backward 200 ns, 10 ns per message. Rank 1 ran forward and backward as one span per microbatch.
+SLICE_0 = """
+r0#0 COMP d=100
+r0#1 SEND g0:0 ->1 32KiB bf16[16,1024] d=10
+r0#2 COMP d=100
+r0#3 SEND g0:1 ->1 32KiB bf16[16,1024] d=10
+r0#4 RECV g0:0 <-1 32KiB bf16[16,1024] d=10
+r0#5 COMP d=200
+r0#6 RECV g0:1 <-1 32KiB bf16[16,1024] d=10
+r0#7 COMP d=200
+r0#8 MARK step_end
+"""
+SLICE_1 = """
+r1#0 RECV g0:0 <-0 32KiB bf16[16,1024] d=10
+r1#1 COMP d=300
+r1#2 SEND g0:0 ->0 32KiB bf16[16,1024] d=10
+r1#3 RECV g0:1 <-0 32KiB bf16[16,1024] d=10
+r1#4 COMP d=300
+r1#5 SEND g0:1 ->0 32KiB bf16[16,1024] d=10
+r1#6 MARK step_end
+"""
+
+
+def measured(text, rank):
+    return parse_graph(text).nodes[rank]
+
+
+def test_slices_cover_each_template_once():
+    assert plan_slices(range(10), 4) == [(0, 1, 2, 3), (4, 5, 6, 7), (8, 9)]
+    template_of = {r: r % 4 for r in range(16)}  # dp=4 replicas of a 4-rank model-parallel block
+    assert representatives(16, template_of) == [0, 1, 2, 3]
+    assert representatives(3) == [0, 1, 2]
+    with pytest.raises(ValueError, match="slice size must be > 0"):
+        plan_slices([0], 0)
+
+
+def test_merge_moves_slice_times_onto_the_bare_graph_by_segment():
+    bare = parse_graph(BARE)
+    merged = apply_measurements(bare, {0: measured(SLICE_0, 0), 1: measured(SLICE_1, 1)})
+    r1 = merged.nodes[1]
+    # Rank 1's bare segment of two compute nodes (3 and 1 ns) takes the measured 300 ns, split 3:1.
+    assert [r1[1].duration_ns, r1[2].duration_ns] == [225, 75]
+    assert r1[5].duration_ns == 300
+    assert [n.duration_ns for n in merged.nodes[0] if n.kind.value == "SEND"] == [10, 10]
+
+
+def test_calibration_propagates_the_waits_a_slice_cannot_see():
+    bare = parse_graph(BARE)
+    merged = apply_measurements(bare, {0: measured(SLICE_0, 0), 1: measured(SLICE_1, 1)})
+    merged = dataclasses.replace(merged, summaries={
+        0: RankSummary(rank=0, step_times_ns=(640,)),  # its own compute + messages in its slice
+        1: RankSummary(rank=1, step_times_ns=(660,)),
+    })
+    timed, report = calibrate(merged, skip_steps=0)
+    # By hand: r0 forwards until 200, sends land at 110 and 210; r1 forwards/backwards mb0 at
+    # 110-410, sends back (420), mb1 at 420-720 (730); r0 backwards mb0 at 420-620, waits for
+    # mb1's gradient until 730, backward ends at 930.
+    assert report.ranks[0].calibrated_steps_ns == (930,)
+    assert report.ranks[1].calibrated_steps_ns == (730,)
+    assert report.iteration_ns == 930
+    assert report.uncalibrated_iteration_ns == 660
+    assert timed.kind == "timed"
+
+
+def test_a_slice_that_took_another_path_is_rejected_by_name():
+    bare = parse_graph(BARE)
+    wrong = SLICE_1.replace("r1#2 SEND g0:0 ->0", "r1#2 RECV g0:0 <-0")
+    with pytest.raises(GraphError, match="rank 1: slice node r1#2 RECV"):
+        apply_measurements(bare, {0: measured(SLICE_0, 0), 1: measured(wrong, 1)})
+    with pytest.raises(GraphError, match=r"ranks without a timing measurement: \[1\]"):
+        apply_measurements(bare, {0: measured(SLICE_0, 0)})
+
+
+def test_ranks_of_one_template_share_the_measurement():
+    bare = parse_graph("""
+group 0 ranks=0,1 desc=dp
+r0#0 COMP d=1
+r0#1 COLL all_reduce g0:0 16B f32[4] sum
+r0#2 MARK step_end
+r1#0 COMP d=2
+r1#1 COLL all_reduce g0:0 16B f32[4] sum
+r1#2 MARK step_end
+""")
+    slice_of_rank0 = parse_graph("""
+r0#0 COMP d=50
+r0#1 COLL all_reduce g0:0 16B f32[4] sum d=5
+r0#2 MARK step_end
+""").nodes[0]
+    merged = apply_measurements(bare, {0: slice_of_rank0}, template_of={0: 0, 1: 0})
+    assert [n.duration_ns for n in merged.nodes[1][:2]] == [50, 5]
+    _, report = calibrate(merged, skip_steps=0)
+    assert report.ranks[1].calibrated_steps_ns == (55,)
