@@ -11,11 +11,11 @@ from rich.logging import RichHandler
 
 from prism.core.errors import PrismError, RankFailedError
 
-from . import collect, demo, record, simulate, walk
+from . import collect, demo, export, record, simulate, walk
 
 __all__ = ["main"]
 
-COMMANDS = {"record": record, "collect": collect, "simulate": simulate, "walk": walk, "demo": demo}
+COMMANDS = {"record": record, "collect": collect, "simulate": simulate, "walk": walk, "export": export, "demo": demo}
 
 
 def build_parser() -> argparse.ArgumentParser:
