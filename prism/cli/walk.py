@@ -21,11 +21,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", required=True, help="job.yaml")
     p.add_argument("--rank", type=int, required=True, help="logical rank to become")
     p.add_argument("--all", action="store_true", help="also print compute, wait and mark nodes")
+    p.add_argument("--engine", choices=("fake", "torch-fake"), default="fake",
+                   help="fake: prism's filler values; torch-fake: PyTorch's built-in fake process group")
 
 
 def run(args: argparse.Namespace) -> int:
     job = load_job(args.job)
-    record = walk_rank(job, args.rank)
+    record = walk_rank(job, args.rank, engine=args.engine)
     console = Console()
     for node in record.nodes:
         if args.all or node.is_comm:

@@ -39,6 +39,10 @@ def make_engine(spec: WorkerSpec) -> CommEngine:
         from .engines.passthrough import PassthroughEngine
 
         return PassthroughEngine(cuda_backend=cuda_backend, timeout_s=timeout_s)
+    if name == "torch-fake":
+        from .engines.torchfake import TorchFakeEngine
+
+        return TorchFakeEngine()
     if name == "coordinator":
         from .engines.coordinator import CoordinatorEngine
 

@@ -1,5 +1,5 @@
 """A replayer process: hosts the neighbor vranks of many groups and plays their part of every op
-that involves a sandbox rank (``python -m prism.vrank_replayer.replayer --spec SPEC.json``).
+that involves a sandbox rank (``python -m prism.vrank_replayer.main --spec SPEC.json``).
 
 One thread per channel (:mod:`.plan`) walks its ops in order: ask the clock when the vranks
 issue, load the op's recorded data (prefetched a few ops ahead), and run
@@ -51,7 +51,7 @@ __all__ = ["ReplayerSpec", "Replayer", "replayer_result_path", "REPLAYER_MODULE"
 
 log = logging.getLogger(__name__)
 
-REPLAYER_MODULE = "prism.vrank_replayer.replayer"
+REPLAYER_MODULE = "prism.vrank_replayer.main"
 _PREFETCH_OPS = 4
 
 
@@ -218,9 +218,3 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_text(replayer_result_path(spec.out_dir, spec.index), json.dumps(result, indent=1))
     return 0
 
-
-if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # gloo threads must not hold up the exit

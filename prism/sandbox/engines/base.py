@@ -18,7 +18,7 @@ from prism.graph.records import CommOp
 
 __all__ = ["GroupHandle", "CommRequest", "CommEngine", "ENGINE_NAMES"]
 
-ENGINE_NAMES = ("passthrough", "fake", "coordinator", "live", "recorded")
+ENGINE_NAMES = ("passthrough", "fake", "torch-fake", "coordinator", "live", "recorded")
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,8 @@ def _reduce_opts(cls, reduce_op: str, **kw):
 
 class PassthroughEngine(CommEngine):
     name = "passthrough"
+    divides_avg = True
+    """Whether ``avg`` is executed as ``sum`` then a division (the real backend lacks ``avg``)."""
 
     def __init__(self, *, cuda_backend: str = "nccl", timeout_s: float = 300.0) -> None:
         assert cuda_backend in ("nccl", "gloo")
@@ -89,7 +91,7 @@ class PassthroughEngine(CommEngine):
 
         def finish(f):
             f.value()  # re-raises a backend error into our future
-            if req.reduce_op == "avg" and req.op in (CommOp.ALL_REDUCE, CommOp.REDUCE_SCATTER, CommOp.REDUCE):
+            if self.divides_avg and req.reduce_op == "avg" and req.op in (CommOp.ALL_REDUCE, CommOp.REDUCE_SCATTER, CommOp.REDUCE):
                 with torch.no_grad():
                     for t in req.outputs:
                         if t.is_floating_point() or t.is_complex():
