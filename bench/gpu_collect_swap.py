@@ -7,7 +7,7 @@ slot is checkpointed off the GPU (cuCheckpointProcessLock/Checkpoint) and restor
 again (Restore/Unlock). Each rank verifies its device state after every step (data intact).
 GPU memory in use is sampled with nvidia-smi during the run.
 
-    python bench/gpu_collect_swap.py --gib-per-rank 2 --budget-gib 12 --steps 2
+    python bench/gpu_collect_swap.py --gib-per-rank 2 --budget-gib 10 --steps 2
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ for step in range(args.steps):
     opt.step()
     opt.zero_grad()
     want = float(rank + 1) * state.numel()
-    got = state.double().sum().item()
+    got = state.sum(dtype=torch.float64).item()
     if got != want:
         raise RuntimeError(f"rank {rank}: device state changed across context switches: {got} != {want}")
 dist.destroy_process_group()
@@ -75,7 +75,7 @@ def main() -> int:
     ap.add_argument("--world", type=int, default=8)
     ap.add_argument("--slots", type=int, default=2)
     ap.add_argument("--gib-per-rank", type=float, default=2.0)
-    ap.add_argument("--budget-gib", type=float, default=12.0)
+    ap.add_argument("--budget-gib", type=float, default=10.0)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=540.0)
     args = ap.parse_args()

@@ -11,11 +11,12 @@ from rich.logging import RichHandler
 
 from prism.core.errors import PrismError, RankFailedError
 
-from . import collect, demo, export, record, simulate, walk
+from . import collect, demo, emulate, export, record, simulate, walk
 
 __all__ = ["main"]
 
-COMMANDS = {"record": record, "collect": collect, "simulate": simulate, "walk": walk, "export": export, "demo": demo}
+COMMANDS = {"record": record, "collect": collect, "simulate": simulate, "walk": walk, "export": export, "demo": demo,
+            "emulate": emulate}
 
 
 def build_parser() -> argparse.ArgumentParser:

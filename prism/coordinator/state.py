@@ -195,7 +195,7 @@ class RunState:
             pid = info.pid
         # The device context leaves before the slot is handed to anyone else.
         if pid:
-            self.switcher.swap_out(pid)
+            self._switch(self.switcher.swap_out, rank, pid, "out")
         with self._cond:
             info.swapped_out = bool(pid)
             self._free_slots.append(slot)
@@ -205,9 +205,17 @@ class RunState:
             swapped = info.swapped_out
             info.swapped_out = False
         if swapped:
-            self.switcher.swap_in(pid)
+            self._switch(self.switcher.swap_in, rank, pid, "in")
         with self._cond:
             return self._take(info, op_index)
+
+    def _switch(self, call, rank: int, pid: int, direction: str) -> None:
+        try:
+            call(pid)
+        except Exception as e:
+            with self._cond:
+                self._fail(PrismError(f"swapping rank {rank} (pid {pid}) {direction} failed: {e}"))
+            raise FetchError(str(self.error)) from e
 
     def finish(self, rank: int) -> None:
         with self._cond:

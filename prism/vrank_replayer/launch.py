@@ -74,9 +74,12 @@ class SandboxRankResult:
     diverged_ops: tuple[str, ...]
     """Ops whose input differed from the recorded one (outputs are recorded + Δ): ``<op> <key>``."""
     num_transports: int
+    num_connections: int
+    """Physical peers over all its transports."""
     traffic_bytes: int
     first_op_done_s: float | None
     """Seconds from launch to this rank's first completed op."""
+    peak_rss_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,7 @@ class ReplayerResult:
     index: int
     num_channels: int
     num_transports: int
+    num_connections: int
     num_ops: int
     num_steps: int
     traffic_bytes: int
@@ -207,14 +211,16 @@ def _collect_results(out: Path, world_size: int, ranks, num_replayers: int, laun
         per_rank[r] = SandboxRankResult(
             rank=r, losses=tuple(d["losses"]), step_times_ns=tuple(d["step_times_ns"]), num_ops=d["num_ops"],
             diverged_ops=tuple(f"{x['op']} {x['key']}" for x in d["diverged_ops"]),
-            num_transports=d["num_transports"], traffic_bytes=d["traffic_bytes"],
-            first_op_done_s=_since(d["first_op_done_unix_s"], launched),
+            num_transports=d["num_transports"], num_connections=d["num_connections"],
+            traffic_bytes=d["traffic_bytes"], first_op_done_s=_since(d["first_op_done_unix_s"], launched),
+            peak_rss_bytes=d["peak_rss_bytes"],
         )
     reps = []
     for i in range(num_replayers):
         d = json.loads(replayer_result_path(out, i).read_text())
         reps.append(ReplayerResult(
-            index=i, num_channels=d["num_channels"], num_transports=d["num_transports"], num_ops=d["num_ops"],
+            index=i, num_channels=d["num_channels"], num_transports=d["num_transports"],
+            num_connections=d["num_connections"], num_ops=d["num_ops"],
             num_steps=d["num_steps"], traffic_bytes=d["traffic_bytes"], peak_rss_bytes=d["peak_rss_bytes"],
             first_op_done_s=_since(d["first_op_done_unix_s"], launched),
         ))

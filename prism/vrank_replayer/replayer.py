@@ -79,6 +79,14 @@ class ReplayerSpec:
         return ReplayerSpec(**data)
 
 
+def _store_client(addr: str, timeout_s: float) -> dist.Store:
+    # One client per transport: a TCPStore client serializes its requests, so a rendezvous that
+    # waits for a late peer would hold up every other group's rendezvous on a shared client.
+    host, _, port = addr.rpartition(":")
+    return dist.TCPStore(host, int(port), is_master=False, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=timeout_s))
+
+
 def replayer_result_path(out_dir: str | Path, index: int) -> Path:
     return Path(out_dir) / f"replayer-{index:03d}.json"
 
@@ -93,7 +101,6 @@ class Replayer:
         del graph  # the channels keep the nodes they need
         self.store = RecordedStore(spec.recorded_dir)
         self._lock = threading.Lock()
-        self._tstore: dist.Store | None = None
         self._transports: dict[str, WideTagTransport] = {}
         self._transport_locks: dict[str, threading.Lock] = {}
         self._errors: list[BaseException] = []
@@ -106,16 +113,12 @@ class Replayer:
 
     def _transport(self, ch: Channel) -> WideTagTransport:
         with self._lock:
-            if self._tstore is None:
-                host, _, port = self.spec.transport_store.rpartition(":")
-                self._tstore = dist.TCPStore(host, int(port), is_master=False, wait_for_workers=False,
-                                             timeout=datetime.timedelta(seconds=self.spec.timeout_s))
             lock = self._transport_locks.setdefault(ch.group_id, threading.Lock())
         with lock:
             if ch.group_id not in self._transports:
                 plan = endpoint_plan(ch.group_id, ch.members, self.sandbox, self.spec.num_replayers)
                 self._transports[ch.group_id] = WideTagTransport.connect(
-                    self._tstore, plan.replayer_endpoint, plan.num_endpoints, plan.endpoint_of,
+                    _store_client(self.spec.transport_store, self.spec.timeout_s), plan.replayer_endpoint, plan.num_endpoints, plan.endpoint_of,
                     timeout_s=self.spec.timeout_s, prefix=transport_prefix(ch.group_id),
                 )
             return self._transports[ch.group_id]
@@ -180,10 +183,10 @@ class Replayer:
         for t in threads:
             t.start()
         deadline = time.monotonic() + self.spec.timeout_s
-        for t in threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-            if self._errors:
-                break
+        # Poll: a failed channel must stop the process even while other channels wait for the
+        # sandbox (which may be waiting on the failed one).
+        while any(t.is_alive() for t in threads) and not self._errors and time.monotonic() < deadline:
+            time.sleep(0.05)
         if self._errors:
             raise self._errors[0]
         stuck = [t.name for t in threads if t.is_alive()]
@@ -194,6 +197,7 @@ class Replayer:
             "index": self.spec.index,
             "num_channels": len(self.channels),
             "num_transports": len(self._transports),
+            "num_connections": sum(t.pg.size() - 1 for t in self._transports.values()),
             "num_ops": self.num_ops,
             "num_steps": self.num_steps,
             "traffic_bytes": self.traffic_bytes,

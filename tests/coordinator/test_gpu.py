@@ -17,12 +17,17 @@ def test_driver_checkpoint_api_is_bound():
     from prism.coordinator.cuda_checkpoint import CudaCheckpoint
 
     api = CudaCheckpoint()
-    assert api.get_state(1) is None  # init has no CUDA context
+    idle = subprocess.Popen(["sleep", "30"])
+    try:
+        assert api.get_state(idle.pid) is None  # a process without a CUDA context has no state
+    finally:
+        idle.kill()
+        idle.wait()
 
 
 def test_ranks_beyond_the_slots_are_swapped_off_the_gpu_and_back_intact():
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench/gpu_collect_swap.py"), "--gib-per-rank", "0.5", "--budget-gib", "3",
+        [sys.executable, str(ROOT / "bench/gpu_collect_swap.py"), "--gib-per-rank", "1", "--budget-gib", "5",
          "--steps", "1", "--timeout", "500"],
         capture_output=True, text=True, timeout=580,
     )

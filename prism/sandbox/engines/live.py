@@ -27,6 +27,7 @@ import datetime
 import json
 import logging
 import queue
+import resource
 import threading
 import time
 from collections.abc import Sequence
@@ -104,7 +105,6 @@ class LiveEngine(CommEngine):
         self.out_dir = Path(out_dir)
         self.capture_dir = Path(capture_dir) if capture_dir else None
         self._store_addr = transport_store
-        self._store: dist.Store | None = None
         self._recorded = RecordedStore(recorded_dir, prefetch_workers=1) if recorded_dir else None
         self._lock = threading.Lock()
         self._channels: dict[tuple, _Channel] = {}
@@ -120,12 +120,11 @@ class LiveEngine(CommEngine):
     # ------------------------------------------------------------------------------ plumbing
 
     def _transport_store(self) -> dist.Store:
-        with self._lock:
-            if self._store is None:
-                host, _, port = self._store_addr.rpartition(":")
-                self._store = dist.TCPStore(host, int(port), is_master=False, wait_for_workers=False,
-                                            timeout=datetime.timedelta(seconds=self.timeout_s))
-            return self._store
+        # One client per transport: a TCPStore client serializes its requests, so a rendezvous
+        # waiting for a late peer would hold up the rendezvous of every other group.
+        host, _, port = self._store_addr.rpartition(":")
+        return dist.TCPStore(host, int(port), is_master=False, wait_for_workers=False,
+                             timeout=datetime.timedelta(seconds=self.timeout_s))
 
     def _transport(self, group: GroupHandle) -> WideTagTransport:
         gid = group.group_id
@@ -257,6 +256,8 @@ class LiveEngine(CommEngine):
             "num_ops": self._num_ops,
             "diverged_ops": self._diverged,
             "num_transports": len(self._transports),
+            "num_connections": sum(t.pg.size() - 1 for t in self._transports.values()),
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "traffic_bytes": self._traffic_bytes,
             "first_op_done_unix_s": self._first_done_unix_s,
             "losses": list(sandbox.recorder.losses) if sandbox else [],

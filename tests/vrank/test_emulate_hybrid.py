@@ -1,0 +1,76 @@
+"""End to end on CPU: the hybrid example (pp2 x dp2 x tp2, W=8) with ranks 2 and 5 real and the six
+others virtual (one replayer) reproduces, bit for bit, every comm tensor (FSDP's parameter
+all-gathers and gradient reduce-scatters, TP all-reduces, pipeline messages) and every loss of
+ranks 2 and 5 in the capture run (all 8 ranks, prism's ring order: the values a collection
+produces), and the real gloo run's losses within rounding."""
+
+import math
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from prism.core.errors import RankFailedError
+from prism.core.rundir import RunDir
+from prism.nccl_patches.recorded_store import recorded_dir
+from prism.vrank_replayer import EmulateOptions, capture_job, emulate
+
+pytestmark = pytest.mark.timeout(900)
+
+SANDBOX = (2, 5)
+
+
+@pytest.fixture(scope="module")
+def hybrid_run(recorded_example, tmp_path_factory):
+    """A run directory with the real graph of hybrid and the recorded data of ranks {2, 5},
+    derived from a capture run."""
+    _, graph = recorded_example("hybrid")
+    src = recorded_example.run_dir("hybrid")
+    run = tmp_path_factory.mktemp("hybrid-vrank")
+    shutil.copy(src / "job.yaml", run / "job.yaml")
+    shutil.copytree(src / "graph", run / "graph")
+    capture = capture_job(RunDir(run).load_job(), run, derive_for=SANDBOX, timeout_s=600)
+    return run, graph, capture
+
+
+def _bits(t):
+    return t.contiguous().view(torch.uint8) if t.numel() else t
+
+
+def test_ranks_2_and_5_reproduce_the_capture_run_bitwise(hybrid_run, tmp_path):
+    run, real, capture = hybrid_run
+    result = emulate(run, EmulateOptions(ranks=SANDBOX, capture_dir=str(tmp_path / "emu"), timeout_s=300))
+    assert set(result.ranks) == set(SANDBOX)
+    for r in SANDBOX:
+        got = result.ranks[r]
+        assert got.num_ops == len(real.comm_nodes(r))
+        assert got.diverged_ops == ()
+        want = load_file(str(capture / f"rank-{r:05d}.safetensors"))
+        mine = load_file(str(tmp_path / "emu" / f"rank-{r:05d}.safetensors"))
+        assert mine.keys() == want.keys()
+        assert [k for k in want if not torch.equal(_bits(mine[k]), _bits(want[k]))] == []
+        # the loss: bitwise vs the capture run, within rounding vs the real gloo run
+        import json
+
+        captured = json.loads((capture / "workers" / f"rank-{r:05d}.live.json").read_text())["losses"]
+        assert [repr(x) for x in got.losses] == [repr(x) for x in captured]
+        for a, b in zip(got.losses, real.summaries[r].losses, strict=True):
+            assert (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-5 * abs(b)
+    assert not math.isnan(result.ranks[5].losses[-1])  # rank 5 holds the last stage's loss
+    (rep,) = result.replayers
+    # transports: one per group of a sandbox rank that has vranks and communicates (tp, dp, pp of
+    # each); the 8-rank default group never communicates, so it is never connected
+    assert rep.num_transports == 6
+    assert rep.num_ops == sum(len(real.comm_nodes(r)) for r in SANDBOX)
+
+
+def test_missing_recorded_data_stops_the_emulation_with_the_op_named(hybrid_run, tmp_path):
+    run, _, _ = hybrid_run
+    broken = tmp_path / "recorded"
+    shutil.copytree(recorded_dir(run, SANDBOX), broken)
+    victim = broken / "c" / "5" / "3.0.safetensors"  # dp group of rank 2, 4th all-gather
+    victim.unlink()
+    with pytest.raises(RankFailedError) as e:
+        emulate(run, EmulateOptions(ranks=SANDBOX, recorded_dir=str(broken), timeout_s=120))
+    assert "no recorded data for all_gather on group 5 seq 3" in e.value.traceback_text

@@ -1,0 +1,63 @@
+"""Recorded data round-trips through RUN/payloads/pruned/ bit for bit, and the collector's entry
+point stores exactly what record_for_sandbox computes for the values ranks of a group."""
+
+import pytest
+import torch
+
+from prism.nccl_patches import Algo, record_for_sandbox
+from prism.nccl_patches.recorded_store import (
+    collective_key,
+    load_recorded,
+    p2p_key,
+    record_for_values_ranks,
+    record_p2p_for_values_ranks,
+    recorded_dir,
+    save_recorded,
+    write_index,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _same(a, b):
+    assert a.algo is b.algo and a.group_size == b.group_size and a.sandbox == b.sandbox
+    assert (a.reduce_op, a.root, a.peer, a.row_numel) == (b.reduce_op, b.root, b.peer, b.row_numel)
+    for name in ("inputs", "outputs", "entry_partials", "subtree_partials"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.keys() == y.keys(), name
+        for k in x:
+            assert x[k].dtype == y[k].dtype and torch.equal(x[k].view(-1), y[k].view(-1)), (name, k)
+    assert dict(a.in_splits) == dict(b.in_splits) and dict(a.out_splits) == dict(b.out_splits)
+
+
+@pytest.mark.parametrize("algo, op", [(Algo.RING_ALL_REDUCE, "sum"), (Algo.RING_REDUCE_SCATTER, "avg"),
+                                      (Algo.TREE_ALL_REDUCE, "max"), (Algo.RING_ALL_GATHER, ""),
+                                      (Algo.CHAIN_BROADCAST, ""), (Algo.DIRECT_ALL_TO_ALL, "")])
+def test_round_trip(tmp_path, algo, op):
+    g = torch.Generator().manual_seed(3)
+    n = 6
+    inputs = [torch.randn(12, generator=g) for _ in range(n)]
+    splits = [(2, 2, 2, 2, 2, 2)] * n if algo is Algo.DIRECT_ALL_TO_ALL else None
+    rec = record_for_sandbox(inputs, algo, op, [1, 4], root=2, in_splits=splits)
+    save_recorded(tmp_path, collective_key("7", 3, 0), rec)
+    _same(load_recorded(tmp_path, collective_key("7", 3, 0)), rec)
+    assert load_recorded(tmp_path, collective_key("7", 4, 0)) is None
+
+
+def test_collector_entry_point_records_the_values_ranks_of_the_group(tmp_path):
+    g = torch.Generator().manual_seed(5)
+    members = (1, 3, 5, 7)
+    inputs = [[torch.randn(3, 4, generator=g), torch.randn(5, generator=g)] for _ in members]
+    keys = record_for_values_ranks(tmp_path, "g", 11, "all_reduce", "sum", members, inputs, values_ranks={3, 6})
+    assert keys == [collective_key("g", 11, 0), collective_key("g", 11, 1)]
+    directory = recorded_dir(tmp_path, {3, 6})
+    for part in (0, 1):
+        want = record_for_sandbox([x[part] for x in inputs], Algo.RING_ALL_REDUCE, "sum", [1])
+        _same(load_recorded(directory, keys[part]), want)
+    assert record_for_values_ranks(tmp_path, "h", 0, "all_reduce", "sum", (0, 2), inputs[:2], {3, 6}) == []
+    msg = torch.arange(6.0)
+    (key,) = record_p2p_for_values_ranks(tmp_path, "pp", (2, 6), 6, 2, 4, [msg], {2, 5})
+    assert key == p2p_key("pp", 6, 2, 4, 0)
+    rec = load_recorded(recorded_dir(tmp_path, {2, 5}), key)
+    assert rec.algo is Algo.P2P and (rec.root, rec.peer) == (1, 0) and torch.equal(rec.outputs[0], msg)
+    assert set(write_index(directory)) == set(keys)
