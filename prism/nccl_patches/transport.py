@@ -29,6 +29,18 @@ __all__ = ["Transport"]
 log = logging.getLogger(__name__)
 
 
+class _StagedRecv:
+    """A gloo recv into a host buffer that lands in the caller's CUDA buffer on ``wait``."""
+
+    def __init__(self, work, staging: torch.Tensor, target: torch.Tensor) -> None:
+        self._work, self._staging, self._target = work, staging, target
+
+    def wait(self, timeout=None) -> bool:
+        done = self._work.wait(timeout) if timeout is not None else self._work.wait()
+        self._target.copy_(self._staging)
+        return done
+
+
 class Transport:
     """P2P over a directly built process group, with per-link counters."""
 
@@ -81,6 +93,8 @@ class Transport:
         """Send group rank ``src``'s message to group rank ``dst`` (asynchronous)."""
         assert self.endpoint_of.get(src) == self.endpoint, f"group rank {src} is not hosted by endpoint {self.endpoint}"
         self._count(src, dst, tensor)
+        if tensor.is_cuda and self._stages_cuda:
+            tensor = tensor.cpu()
         return self.pg.send([tensor.contiguous()], self._peer(dst), tag)
 
     def recv(self, buffer: torch.Tensor, src: int, dst: int, tag: int) -> dist.Work:
@@ -88,7 +102,16 @@ class Transport:
         assert self.endpoint_of.get(dst) == self.endpoint, f"group rank {dst} is not hosted by endpoint {self.endpoint}"
         assert buffer.is_contiguous()
         self._count(src, dst, buffer)
+        if buffer.is_cuda and self._stages_cuda:
+            staging = torch.empty(buffer.shape, dtype=buffer.dtype)
+            return _StagedRecv(self.pg.recv([staging], self._peer(src), tag), staging, buffer)
         return self.pg.recv([buffer], self._peer(src), tag)
+
+    @property
+    def _stages_cuda(self) -> bool:
+        # gloo moves CPU memory only: CUDA tensors (several sandbox ranks sharing one GPU, where
+        # NCCL refuses) travel through host staging buffers.
+        return isinstance(self.pg, dist.ProcessGroupGloo)
 
     def traffic(self) -> dict[tuple[int, int], LinkTraffic]:
         """Bytes and messages per directed link this endpoint sent or received so far."""
