@@ -21,6 +21,7 @@ from pathlib import Path
 
 from prism.core.config import JobConfig
 from prism.core.errors import PrismError, RankFailedError
+from prism.core.ranks import parse_rank_ranges
 from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
 from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec
@@ -30,6 +31,7 @@ from prism.rpc import CoordinatorServer
 
 from .cuda_checkpoint import ContextSwitcher, make_switcher
 from .payloads import PayloadPolicy, PayloadStore
+from .pruned_data import PrunedDataRecorder
 from .recorded import RecordedValues
 from .records import assemble_bare_graph, read_record
 from .state import RunState
@@ -114,8 +116,10 @@ def collect_job(job: JobConfig, run_dir: str | Path, options: CollectOptions | N
         if source.resolve() == run.root.resolve():
             raise PrismError(f"comm_inputs.run: {source} is the run being written; collect into another directory")
         recorded = RecordedValues(source)
+    pruned = (PrunedDataRecorder(run.root, parse_rank_ranges(job.values.ranks, job.world_size))
+              if job.values.ranks and job.values.record != "none" else None)
     state = RunState(job.world_size, num_slots, switcher=switcher, payloads=store,
-                     policy=PayloadPolicy.from_config(job.values, job.world_size), recorded=recorded)
+                     policy=PayloadPolicy.from_config(job.values, job.world_size), recorded=recorded, pruned=pruned)
     work = Path(tempfile.mkdtemp(prefix="prism-collect-"))
     server = CoordinatorServer(state, bind=options.bind, token=options.token, max_workers=job.world_size + 16)
     engine_options = {"address": options.address or server.address, "token": options.token}
@@ -149,6 +153,8 @@ def collect_job(job: JobConfig, run_dir: str | Path, options: CollectOptions | N
     wall_s = time.monotonic() - started
     records = [read_record(work, r) for r in range(job.world_size)]
     store.write_index()
+    if pruned is not None:
+        pruned.close()
     meta = {"slots": str(num_slots), "num_context_switches": str(state.stats.num_context_switches),
             "switcher": switcher.kind, "comm_inputs": job.comm_inputs.source}
     graph = assemble_bare_graph(job, records, store=store, meta=meta)

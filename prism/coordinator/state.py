@@ -30,6 +30,7 @@ from prism.rpc import CommHeader, FetchError
 from .cuda_checkpoint import ContextSwitcher
 from .executor import Arrival, execute, execute_p2p
 from .payloads import PayloadPolicy, PayloadStore, op_key
+from .pruned_data import PrunedDataRecorder
 from .recorded import RecordedValues
 from .report import describe_op, format_pending_report
 from .scheduler import Candidate, pick_next, pending_counts
@@ -99,7 +100,8 @@ class RunState:
 
     def __init__(self, world_size: int, num_slots: int, *, switcher: ContextSwitcher,
                  payloads: PayloadStore | None = None, policy: PayloadPolicy | None = None,
-                 starvation_grants: int | None = None, recorded: RecordedValues | None = None) -> None:
+                 starvation_grants: int | None = None, recorded: RecordedValues | None = None,
+                 pruned: PrunedDataRecorder | None = None) -> None:
         if num_slots < 1:
             raise PrismError(f"collect needs at least one slot, got {num_slots}")
         self.world_size = world_size
@@ -110,6 +112,7 @@ class RunState:
         self.starvation_grants = starvation_grants if starvation_grants is not None else 2 * world_size
         self.stats = CollectStats()
         self.recorded = recorded
+        self.pruned = pruned
         self._cond = threading.Condition()
         self._ranks = {r: _Rank(r) for r in range(world_size)}
         self._free_slots = list(range(num_slots))
@@ -291,6 +294,8 @@ class RunState:
         arrivals = [inst.arrivals[r] for r in inst.members]
         _check_same_op(arrivals)
         outputs = execute(arrivals)
+        if self.pruned is not None:
+            self.pruned.collective(arrivals)
         self.stats.num_collectives += 1
         for a, out in zip(arrivals, outputs, strict=True):
             self._resolve(a.header.rank, inst.op_index[a.header.rank], out, a, "COLLECTIVE")
@@ -316,7 +321,10 @@ class RunState:
     def _match(self, send: Arrival, rank: int, op_index: int) -> None:
         recv = self._ranks[rank].ops[op_index].header
         self.stats.num_p2p += 1
-        self._resolve(rank, op_index, execute_p2p(send, recv), None, "RECV")
+        outputs = execute_p2p(send, recv)
+        if self.pruned is not None:
+            self.pruned.message(send, recv)
+        self._resolve(rank, op_index, outputs, None, "RECV")
 
     def _keep_inputs(self, h: CommHeader, inputs: list[torch.Tensor], kind: str) -> None:
         if self.payloads is not None and self.policy is not None and inputs and self.policy.keep_inputs(h.rank):

@@ -49,7 +49,7 @@ class Parallelism:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ValuesPolicy:
-    """Which comm payloads ``prism collect`` stores in RUN/payloads (docs/job-file-collect.md)."""
+    """Which comm payloads ``prism collect`` stores in RUN/payloads (docs/job-file.md)."""
 
     record: str = "small"
     """``small``: outputs of at most ``small_max_bytes`` always (control flow: dataloader status,

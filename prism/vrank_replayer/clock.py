@@ -1,17 +1,46 @@
 """When a virtual rank issues an op: the replayer asks its clock before it plays a vrank's part.
 
-The emulate issue's timed co-simulation plugs in here: a clock that advances each vrank through
-the timed graph (compute nodes take their recorded durations) and returns from
-:meth:`Clock.wait_until_issue` once the vrank's simulated issue time has passed.
+:class:`AsapClock` answers at once (calibration slices, value-only emulation). :class:`TimedClock`
+is the real-time co-simulation of DESIGN §8: each vrank advances through the *timed* graph
+(calibrated compute durations, the predicted waits on other vranks) in real time, and its clock is
+re-anchored on the real events it shares with the sandbox (docs/emulate.md).
+
+The arithmetic (:class:`VrankSchedule`, :meth:`TimedClock.issue_at_ns`,
+:meth:`TimedClock.complete_at`) is pure and takes times as arguments; only
+:meth:`TimedClock.wait_until_issue` reads the wall clock and sleeps.
+
+Model, per vrank ``v`` (times in ns; ``I``/``E`` are the timed graph's predicted issue/end of an
+op, ``R`` the predicted time ``v`` reaches the point where it waits for the op):
+
+* ``v`` keeps an *offset* (real − predicted); op ``j`` is issued at ``I_j + offset``. Before its
+  first real event the offset is unknown and ``v`` answers as soon as it can (the first op of a
+  job is typically a barrier or a collective that every rank reaches after start-up).
+* When an op ``i`` that ``v`` later waits for (a synchronous op, or one a WAIT targets) completes
+  for real at ``C``, ``v``'s real release from that wait is ``max(C, R_i + offset)`` while the
+  prediction released it at ``max(E_i, R_i)``; the offset becomes their difference. So a sandbox
+  rank that is late delays ``v`` exactly when the prediction had ``v`` waiting on it, and ``v``
+  keeps its own (calibrated) pace otherwise.
+* ``v`` does not issue ``j`` before every op it waits for between ``i`` and ``j`` in its program
+  has completed for real (causality: the real ``v`` is blocked there). Only ops whose completion the
+  replayer will see count: messages with a sandbox peer always, collectives once announced
+  (a pruned vrank of a collective is never told).
 """
 
 from __future__ import annotations
 
+import math
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
-from prism.graph.records import Node
+from prism.core.errors import GraphError
+from prism.graph.records import Graph, Node, NodeKind
 
-__all__ = ["Clock", "AsapClock"]
+__all__ = ["Clock", "AsapClock", "TimedClock", "VrankOp", "VrankSchedule", "op_key"]
+
+OpKey = tuple
 
 
 class Clock(Protocol):
@@ -33,3 +62,151 @@ class AsapClock:
 
     def on_complete(self, vrank: int, node: Node) -> None:
         return None
+
+
+def op_key(node: Node) -> OpKey:
+    """The identity every participant of an op shares: ``(group, seq)`` for a collective,
+    ``(group, src, dst, seq)`` for a message."""
+    if node.kind is NodeKind.COLLECTIVE:
+        return (node.group_id, node.seq)
+    if node.kind is NodeKind.SEND:
+        return (node.group_id, node.rank, node.peer, node.seq)
+    if node.kind is NodeKind.RECV:
+        return (node.group_id, node.peer, node.rank, node.seq)
+    raise GraphError(f"r{node.rank}#{node.index}: {node.kind.value} is not a comm op")
+
+
+@dataclass(frozen=True, slots=True)
+class VrankOp:
+    """One comm op of a vrank in the timed graph."""
+
+    index: int
+    issue_ns: int
+    """I: predicted issue time."""
+    end_ns: int
+    """E: predicted completion."""
+    wait_ns: int
+    """R: predicted time the vrank reaches its wait for this op (-1: never waits for it)."""
+    blockers: tuple[int, ...]
+    """Indices of earlier ops the vrank waits for before it issues this one (since the previous op)."""
+    sure: bool
+    """The replayer always sees this op's completion (a message with a sandbox peer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VrankSchedule:
+    """What the clock knows of one vrank: its comm ops by identity."""
+
+    rank: int
+    ops: dict[OpKey, VrankOp]
+    by_index: dict[int, VrankOp]
+
+    @staticmethod
+    def from_nodes(rank: int, nodes: tuple[Node, ...], sandbox: Iterable[int]) -> VrankSchedule:
+        sandbox = frozenset(sandbox)
+        if any(n.is_comm and n.start_ns < 0 for n in nodes):
+            raise GraphError(f"rank {rank}: the timed graph has comm nodes without predicted times")
+        wait_at: dict[int, int] = {}
+        waited_before: dict[int, list[int]] = {}  # comm index -> blockers since the previous comm
+        pending: list[int] = []
+        for n in nodes:
+            if n.kind is NodeKind.WAIT and n.target >= 0:
+                wait_at.setdefault(n.target, n.start_ns)
+                pending.append(n.target)
+            elif n.is_comm:
+                waited_before[n.index] = pending
+                pending = []
+                if not n.is_async:
+                    wait_at[n.index] = n.start_ns
+                    pending = [n.index]
+        ops, by_index = {}, {}
+        for n in nodes:
+            if not n.is_comm:
+                continue
+            op = VrankOp(index=n.index, issue_ns=n.start_ns, end_ns=n.end_ns, wait_ns=wait_at.get(n.index, -1),
+                         blockers=tuple(waited_before[n.index]),
+                         sure=n.kind is not NodeKind.COLLECTIVE and n.peer in sandbox)
+            ops[op_key(n)] = op
+            by_index[n.index] = op
+        return VrankSchedule(rank, ops, by_index)
+
+
+class TimedClock:
+    """Real-time co-simulation clock over a timed graph (module docstring)."""
+
+    def __init__(self, timed: Graph, sandbox: Iterable[int], *, vranks: Iterable[int] | None = None,
+                 timeout_s: float = 600.0) -> None:
+        sandbox = frozenset(sandbox)
+        wanted = sorted(set(vranks) if vranks is not None else set(timed.nodes) - sandbox)
+        missing = [v for v in wanted if v not in timed.nodes]
+        if missing:
+            raise GraphError(f"the timed graph has no nodes for vranks {missing}")
+        self.schedules = {v: VrankSchedule.from_nodes(v, timed.nodes[v], sandbox) for v in wanted}
+        self.timeout_s = timeout_s
+        self._offset: dict[int, float] = {}
+        self._announced: set[tuple[int, int]] = set()
+        self._completed: set[tuple[int, int]] = set()
+        self._cond = threading.Condition()
+
+    # -------------------------------------------------------------------------- pure arithmetic
+
+    def _op(self, vrank: int, node: Node) -> VrankOp:
+        try:
+            return self.schedules[vrank].ops[op_key(node)]
+        except KeyError:
+            raise GraphError(f"vrank {vrank}: the timed graph has no op {node.kind.value} g{node.group_id}:{node.seq} "
+                             f"(from rank {node.rank}); calibrate this run again") from None
+
+    def offset_ns(self, vrank: int) -> float | None:
+        """Real − predicted time of ``vrank`` (None before its first real event)."""
+        return self._offset.get(vrank)
+
+    def blocked_on(self, vrank: int, node: Node) -> list[int]:
+        """Ops ``vrank`` waits for before issuing ``node`` whose real completion is still due."""
+        op = self._op(vrank, node)
+        sched = self.schedules[vrank]
+        return [i for i in op.blockers if (vrank, i) not in self._completed
+                and (sched.by_index[i].sure or (vrank, i) in self._announced)]
+
+    def issue_at_ns(self, vrank: int, node: Node) -> float:
+        """Real time at which ``vrank`` issues ``node`` (−inf: at once)."""
+        offset = self._offset.get(vrank)
+        return -math.inf if offset is None else self._op(vrank, node).issue_ns + offset
+
+    def announce(self, vrank: int, node: Node) -> None:
+        with self._cond:
+            self._announced.add((vrank, self._op(vrank, node).index))
+
+    def complete_at(self, vrank: int, node: Node, real_ns: float) -> None:
+        """Record that ``vrank``'s part of ``node`` completed at real time ``real_ns``."""
+        op = self._op(vrank, node)
+        with self._cond:
+            self._completed.add((vrank, op.index))
+            if op.wait_ns >= 0:
+                offset = self._offset.get(vrank)
+                reach = -math.inf if offset is None else op.wait_ns + offset
+                release_real = max(real_ns, reach)
+                release_pred = max(op.end_ns, op.wait_ns)
+                self._offset[vrank] = release_real - release_pred
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------------------ real time
+
+    def wait_until_issue(self, vrank: int, node: Node) -> None:
+        self.announce(vrank, node)
+        deadline = time.monotonic() + self.timeout_s
+        with self._cond:
+            while True:
+                if time.monotonic() > deadline:
+                    raise GraphError(f"vrank {vrank}: waited {self.timeout_s:.0f} s to issue {node.kind.value} "
+                                     f"g{node.group_id}:{node.seq}; still due: ops {self.blocked_on(vrank, node)}")
+                if self.blocked_on(vrank, node):
+                    self._cond.wait(timeout=1.0)
+                    continue
+                left_ns = self.issue_at_ns(vrank, node) - time.perf_counter_ns()
+                if left_ns <= 0:
+                    return
+                self._cond.wait(timeout=min(left_ns / 1e9, 1.0))
+
+    def on_complete(self, vrank: int, node: Node) -> None:
+        self.complete_at(vrank, node, time.perf_counter_ns())

@@ -44,7 +44,7 @@ from prism.nccl_patches.vplan import (
     transport_prefix,
 )
 
-from .clock import AsapClock, Clock
+from .clock import AsapClock, Clock, TimedClock
 from .plan import Channel, plan_channels
 
 __all__ = ["ReplayerSpec", "Replayer", "replayer_result_path", "REPLAYER_MODULE"]
@@ -68,6 +68,8 @@ class ReplayerSpec:
     """The id the supervisor knows this process by (names its error file)."""
     steps: int | None = None
     timeout_s: float = 300.0
+    timed_graph_dir: str = ""
+    """If set, vranks follow this timed graph in real time (:class:`~.clock.TimedClock`); else ASAP."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -94,11 +96,14 @@ def replayer_result_path(out_dir: str | Path, index: int) -> Path:
 class Replayer:
     def __init__(self, spec: ReplayerSpec, *, clock: Clock | None = None) -> None:
         self.spec = spec
-        self.clock = clock or AsapClock()
         self.sandbox = frozenset(spec.sandbox)
         graph = read_graph(spec.graph_dir)
         self.channels = plan_channels(graph, self.sandbox, spec.index, spec.num_replayers, steps=spec.steps)
         del graph  # the channels keep the nodes they need
+        if clock is None and spec.timed_graph_dir:
+            vranks = {r for ch in self.channels for r in ch.members} - self.sandbox
+            clock = TimedClock(read_graph(spec.timed_graph_dir), self.sandbox, vranks=vranks, timeout_s=spec.timeout_s)
+        self.clock = clock or AsapClock()
         self.store = RecordedStore(spec.recorded_dir)
         self._lock = threading.Lock()
         self._transports: dict[str, WideTagTransport] = {}

@@ -1,7 +1,8 @@
 """Every example at W=8 collected on K=2 slots equals the real gloo run: comm sequences op for op
 (100 %, metadata ops included) and every rank's loss per step within fp32 rounding.
 
-One real recording and one collection per example, shared by the checks (module scope).
+One collection per example shared by the checks (module scope); the real recordings are the
+session's (``recorded_example``).
 """
 
 import logging
@@ -10,11 +11,8 @@ import math
 import pytest
 
 from prism.coordinator import CollectOptions, collect_job
-from prism.core.config import load_job
 from prism.graph.compare import compare_comm_sequences
 from prism.graph.records import CommOp
-from prism.sandbox.recording import record_job
-from tests.conftest import EXAMPLES
 
 pytestmark = [pytest.mark.timeout(1200), pytest.mark.slow]
 
@@ -25,16 +23,9 @@ LOSS_REL_TOL = 1e-5
 
 
 @pytest.fixture(scope="module", params=NAMES)
-def example(request, tmp_path_factory):
-    path = EXAMPLES / request.param / "job.yaml"
-    if not path.is_file():
-        pytest.skip(f"examples/{request.param}/job.yaml is missing")
-    job = load_job(path)
+def example(request, tmp_path_factory, recorded_example):
+    job, real = recorded_example(request.param)  # the real gloo run, shared with other tests
     run = tmp_path_factory.mktemp(request.param)
-    try:
-        real = record_job(job, run, timeout_s=600)
-    except Exception as e:  # noqa: BLE001 - a broken example is another team's; say so and move on
-        pytest.skip(f"examples/{request.param} does not run for real: {str(e)[:300]}")
     result = collect_job(job, run, CollectOptions(slots=2, timeout_s=900))
     return request.param, job, real, result
 
