@@ -12,7 +12,8 @@ from rich.table import Table
 
 from prism.core.ranks import parse_rank_ranges
 from prism.core.rundir import RunDir
-from prism.vrank_replayer import EmulateOptions, emulate
+from prism.vrank_replayer import EmulateOptions
+from prism.vrank_replayer.emulate_report import emulate_and_report
 
 HELP = "run some ranks for real, the rest as virtual ranks"
 
@@ -24,35 +25,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replayers", type=int, default=1, help="replayer processes hosting the virtual ranks")
     p.add_argument("--graph", choices=("bare", "real"), default="", help="graph the replayers walk (default: bare if present)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before the run is stopped")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--asap", action="store_true",
+                   help="vranks answer as soon as they can, even when RUN/graph/timed exists (values only)")
+    p.add_argument("--json", action="store_true", help="print report.json")
+
+
+def _ms(x) -> str:
+    return "—" if x is None else f"{x:.2f}"
 
 
 def run(args: argparse.Namespace) -> int:
     world = RunDir(Path(args.run_dir)).load_job().world_size
     options = EmulateOptions(ranks=parse_rank_ranges(args.ranks, world), steps=args.steps,
                              num_replayers=args.replayers, graph_kind=args.graph, timeout_s=args.timeout)
-    result = emulate(args.run_dir, options)
+    report = emulate_and_report(args.run_dir, options, use_timed=not args.asap)
+    data = report.data
     if args.json:
-        print(json.dumps({
-            "world_size": result.world_size, "wall_s": result.wall_s, "out_dir": str(result.out_dir),
-            "ranks": {r: {"losses": list(v.losses), "num_ops": v.num_ops, "diverged_ops": list(v.diverged_ops),
-                          "step_times_ns": list(v.step_times_ns)} for r, v in result.ranks.items()},
-            "replayers": [{"num_ops": p.num_ops, "num_transports": p.num_transports,
-                           "peak_rss_bytes": p.peak_rss_bytes} for p in result.replayers],
-        }, indent=2))
+        print(json.dumps(data, indent=2))
         return 0
-    table = Table(title=f"emulated W={result.world_size} with ranks {args.ranks} real ({result.wall_s:.1f} s, "
-                        f"graph/{result.graph_kind})")
-    for col in ("rank", "losses per step", "ops", "diverged ops", "transports", "step ms (mean)"):
-        table.add_column(col, justify="right" if col != "losses per step" else "left")
-    for r, v in sorted(result.ranks.items()):
-        mean_ms = sum(v.step_times_ns) / len(v.step_times_ns) / 1e6 if v.step_times_ns else float("nan")
-        table.add_row(str(r), " ".join(f"{x:.6f}" for x in v.losses), str(v.num_ops), str(len(v.diverged_ops)),
-                      str(v.num_transports), f"{mean_ms:.1f}")
+    table = Table(title=f"emulated W={world} with ranks {args.ranks} real, vranks {data['clock']} "
+                        f"({data.get('wall_s', 0):.1f} s), first {data['skip_steps']} step(s) skipped",
+                  title_justify="left")
+    for col in ("rank", "iteration ms (mean)", "p50 ms", "calibrated prediction ms", "error", "peak memory",
+                "OOM", "diverged ops", "losses per step"):
+        table.add_column(col, justify="left" if col == "losses per step" else "right")
+    for r, row in sorted(data["ranks"].items(), key=lambda kv: int(kv[0])):
+        mean, pred = row.get("mean_ms"), row.get("predicted_mean_ms")
+        err = f"{(mean - pred) / pred * 100:+.2f} %" if mean is not None and pred else "—"
+        mem = row.get("peak_memory_bytes", -1)
+        table.add_row(r, _ms(mean), _ms(row.get("p50_ms")), _ms(pred), err,
+                      f"{mem / 2**20:.2f} MiB" if mem >= 0 else "—", "yes" if row["oom"] else "no",
+                      str(len(row.get("diverged_ops", []))), " ".join(f"{x:.6f}" for x in row.get("losses", [])))
     console = Console()
     console.print(table)
-    for p in result.replayers:
-        console.print(f"replayer {p.index}: {p.num_ops} ops on {p.num_channels} channels, {p.num_transports} "
-                      f"transports, peak RSS {p.peak_rss_bytes / 2**20:.0f} MiB")
-    console.print(f"outputs: {result.out_dir}")
+    console.print(f"outputs: {report.out_dir} (report.json, timeline.json)")
     return 0

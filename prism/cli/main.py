@@ -11,12 +11,12 @@ from rich.logging import RichHandler
 
 from prism.core.errors import PrismError, RankFailedError
 
-from . import collect, demo, emulate, export, record, simulate, walk
+from . import calibrate, collect, demo, emulate, export, record, simulate, walk
 
 __all__ = ["main"]
 
 COMMANDS = {"record": record, "collect": collect, "simulate": simulate, "walk": walk, "export": export, "demo": demo,
-            "emulate": emulate}
+            "emulate": emulate, "calibrate": calibrate}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from prism.nccl_patches.recorded_store import (
     record_for_values_ranks,
     record_p2p_for_values_ranks,
@@ -38,9 +40,15 @@ class PrunedDataRecorder:
         h0 = arrivals[0].header
         if h0.op == "barrier" or not self._wanted.intersection(h0.group_ranks):
             return
+        inputs = [a.inputs for a in arrivals]
+        full = next((x for x in inputs if x), None)
+        if full is not None:
+            # Ranks whose inputs the op ignores (broadcast/scatter non-roots) hand in none; any
+            # filler of the right shape stands in for them.
+            inputs = [x if x else [torch.zeros_like(t) for t in full] for x in inputs]
         record_for_values_ranks(
             self.run_dir, h0.group_id, h0.seq, h0.op, h0.reduce_op, h0.group_ranks,
-            [a.inputs for a in arrivals], self.ranks, root=h0.root, flat=h0.flat,
+            inputs, self.ranks, root=h0.root, flat=h0.flat,
             in_splits_by_group_rank=[list(a.header.in_splits) for a in arrivals],
         )
         self.num_records += 1

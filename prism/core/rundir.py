@@ -29,6 +29,10 @@ __all__ = ["RunDir"]
 class RunDir:
     root: Path
 
+    def __post_init__(self) -> None:
+        # Absolute: workers run in the script's directory, and paths handed to them must hold there.
+        object.__setattr__(self, "root", Path(self.root).resolve())
+
     @property
     def job_file(self) -> Path:
         return self.root / "job.yaml"

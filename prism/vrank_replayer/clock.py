@@ -88,7 +88,8 @@ class VrankOp:
     wait_ns: int
     """R: predicted time the vrank reaches its wait for this op (-1: never waits for it)."""
     blockers: tuple[int, ...]
-    """Indices of earlier ops the vrank waits for before it issues this one (since the previous op)."""
+    """Indices of earlier ops the vrank waits for before it issues this one (since the start of the
+    previous step)."""
     sure: bool
     """The replayer always sees this op's completion (a message with a sandbox peer)."""
 
@@ -107,18 +108,21 @@ class VrankSchedule:
         if any(n.is_comm and n.start_ns < 0 for n in nodes):
             raise GraphError(f"rank {rank}: the timed graph has comm nodes without predicted times")
         wait_at: dict[int, int] = {}
-        waited_before: dict[int, list[int]] = {}  # comm index -> blockers since the previous comm
-        pending: list[int] = []
+        waited_before: dict[int, tuple[int, ...]] = {}  # comm index -> ops waited for before it
+        waited: list[tuple[int, int]] = []  # (op index, step of the wait), in program order
         for n in nodes:
             if n.kind is NodeKind.WAIT and n.target >= 0:
                 wait_at.setdefault(n.target, n.start_ns)
-                pending.append(n.target)
+                waited.append((n.target, n.step))
             elif n.is_comm:
-                waited_before[n.index] = pending
-                pending = []
+                # Everything waited for since the start of the previous step (older waits are
+                # behind an observable op of their own or long done).
+                while waited and waited[0][1] < n.step - 1:
+                    waited.pop(0)
+                waited_before[n.index] = tuple(i for i, _ in waited)
                 if not n.is_async:
                     wait_at[n.index] = n.start_ns
-                    pending = [n.index]
+                    waited.append((n.index, n.step))
         ops, by_index = {}, {}
         for n in nodes:
             if not n.is_comm:
@@ -147,6 +151,8 @@ class TimedClock:
         self._announced: set[tuple[int, int]] = set()
         self._completed: set[tuple[int, int]] = set()
         self._cond = threading.Condition()
+        self.events: list[tuple[int, int, str, int]] = []
+        """(vrank, op index, ``issue`` | ``complete``, perf_counter_ns) of the ops played for real."""
 
     # -------------------------------------------------------------------------- pure arithmetic
 
@@ -203,10 +209,15 @@ class TimedClock:
                 if self.blocked_on(vrank, node):
                     self._cond.wait(timeout=1.0)
                     continue
-                left_ns = self.issue_at_ns(vrank, node) - time.perf_counter_ns()
+                now = time.perf_counter_ns()
+                left_ns = self.issue_at_ns(vrank, node) - now
                 if left_ns <= 0:
+                    self.events.append((vrank, self._op(vrank, node).index, "issue", now))
                     return
                 self._cond.wait(timeout=min(left_ns / 1e9, 1.0))
 
     def on_complete(self, vrank: int, node: Node) -> None:
-        self.complete_at(vrank, node, time.perf_counter_ns())
+        now = time.perf_counter_ns()
+        self.complete_at(vrank, node, now)
+        with self._cond:
+            self.events.append((vrank, self._op(vrank, node).index, "complete", now))

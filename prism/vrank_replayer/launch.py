@@ -62,6 +62,10 @@ class EmulateOptions:
     """Recorded data of the sandbox set; "" = RUN/payloads/pruned/<set>."""
     capture_dir: str = ""
     """If set, each sandbox rank saves its inputs and outputs of every op here."""
+    timed_graph_dir: str = ""
+    """If set, the vranks follow this timed graph in real time (``TimedClock``); else they answer ASAP."""
+    out_dir: str = ""
+    """Where the workers and replayers write; "" = RUN/emulations/<time>/ranks-<set>."""
     timeout_s: float = 600.0
 
 
@@ -167,7 +171,8 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     if not recorded.is_dir():
         raise RunDirError(f"{recorded}: no recorded data for sandbox ranks {list(ranks)}; collect with "
                           f"values.ranks: {','.join(map(str, ranks))} (or derive it from a capture run)")
-    out = run.root / "emulations" / time.strftime("%Y%m%d-%H%M%S") / f"ranks-{'_'.join(map(str, ranks))}"
+    out = (Path(options.out_dir) if options.out_dir else
+           run.root / "emulations" / time.strftime("%Y%m%d-%H%M%S") / f"ranks-{'_'.join(map(str, ranks))}")
     out.mkdir(parents=True, exist_ok=True)
     store, addr = _start_store(options.timeout_s)
     launched = time.time()
@@ -185,7 +190,7 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
         spec = ReplayerSpec(index=i, num_replayers=options.num_replayers, sandbox=ranks,
                             graph_dir=str(run.graph_dir(kind)), recorded_dir=str(recorded), transport_store=addr,
                             out_dir=str(out), supervisor_key=job.world_size + i, steps=options.steps,
-                            timeout_s=options.timeout_s)
+                            timeout_s=options.timeout_s, timed_graph_dir=options.timed_graph_dir)
         path = out / f"replayer-{i:03d}.spec.json"
         path.write_text(spec.to_json())
         starts.append((job.world_size + i, [sys.executable, "-m", REPLAYER_MODULE, "--spec", str(path)]))

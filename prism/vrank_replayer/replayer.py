@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,12 +48,13 @@ from prism.nccl_patches.vplan import (
 from .clock import AsapClock, Clock, TimedClock
 from .plan import Channel, plan_channels
 
-__all__ = ["ReplayerSpec", "Replayer", "replayer_result_path", "REPLAYER_MODULE"]
+__all__ = ["ReplayerSpec", "Replayer", "clock_events_path", "replayer_result_path", "REPLAYER_MODULE"]
 
 log = logging.getLogger(__name__)
 
 REPLAYER_MODULE = "prism.vrank_replayer.main"
 _PREFETCH_OPS = 4
+_MAX_SENDS_IN_FLIGHT = 8
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -148,9 +150,22 @@ class Replayer:
                               f"{node.call_site or '?'}); record it for sandbox ranks {sorted(self.sandbox)}")
         return [self.store.get(self._keys(ch, node, i)) for i in range(num)]
 
+    def _play(self, ch: Channel, node: Node, rec, hosted, base: int) -> None:
+        res = run_neighbor_side(self._transport(ch), rec, hosted, tag_base=base, timeout_s=self.spec.timeout_s)
+        for v in sorted(hosted):
+            self.clock.on_complete(ch.members[v], node)
+        with self._lock:
+            self.num_steps += res.num_steps
+            self.traffic_bytes += sum(t.num_bytes for t in res.traffic.values())
+
     def _serve(self, ch: Channel) -> None:
-        transport = self._transport(ch)
+        self._transport(ch)
         n = len(ch.members)
+        # A vrank's sends are posted when it issues them and complete on their own (isend): the
+        # next send does not wait for the sandbox to receive the previous one.
+        detached = ThreadPoolExecutor(_MAX_SENDS_IN_FLIGHT, thread_name_prefix=f"prism-send-{ch.name}") \
+            if ch.is_p2p and ch.src not in self.sandbox else None
+        in_flight: list[Future] = []
         for k, node in enumerate(ch.nodes):
             self.store.prefetch(self._keys(ch, nxt, 0) for nxt in ch.nodes[k + 1 : k + 1 + _PREFETCH_OPS]
                                 if nxt.op is not CommOp.BARRIER)
@@ -161,16 +176,19 @@ class Replayer:
                 for v in sorted(hosted):
                     self.clock.wait_until_issue(ch.members[v], node)
                 base = p2p_tag_base(node.seq, part, n) if ch.is_p2p else collective_tag_base(node.seq, part, n)
-                res = run_neighbor_side(transport, rec, hosted, tag_base=base, timeout_s=self.spec.timeout_s)
-                for v in sorted(hosted):
-                    self.clock.on_complete(ch.members[v], node)
-                with self._lock:
-                    self.num_steps += res.num_steps
-                    self.traffic_bytes += sum(t.num_bytes for t in res.traffic.values())
+                if detached is None:
+                    self._play(ch, node, rec, hosted, base)
+                else:
+                    in_flight = [f for f in in_flight if not f.done() or f.result()]
+                    in_flight.append(detached.submit(self._play, ch, node, rec, hosted, base))
             with self._lock:
                 self.num_ops += 1
                 if self.first_op_done_unix_s is None:
                     self.first_op_done_unix_s = time.time()
+        if detached is not None:
+            for f in in_flight:
+                f.result()
+            detached.shutdown()
 
     def _thread(self, ch: Channel) -> None:
         try:
@@ -220,10 +238,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("PRISM_LOG_LEVEL", "WARNING"),
                         format=f"[replayer{spec.index}] %(levelname)s %(name)s: %(message)s")
     try:
-        result = Replayer(spec).run()
+        replayer = Replayer(spec)
+        result = replayer.run()
+        events = getattr(replayer.clock, "events", None)
+        if events is not None:  # real times of the vranks' ops (the emulated timeline)
+            atomic_write_text(clock_events_path(spec.out_dir, spec.index), json.dumps(events))
     except BaseException:
         atomic_write_text(error_path(spec.out_dir, spec.supervisor_key), f"replayer {spec.index}:\n{traceback.format_exc()}")
         return 1
     atomic_write_text(replayer_result_path(spec.out_dir, spec.index), json.dumps(result, indent=1))
     return 0
+
+
+def clock_events_path(out_dir: str | Path, index: int) -> Path:
+    return Path(out_dir) / f"replayer-{index:03d}.clock.json"
 

@@ -1,0 +1,150 @@
+"""``prism calibrate``: timing slices with the ``live`` engine, then inter-slice calibration (DESIGN §7).
+
+1. Recorded data: one capture run of all W ranks (:func:`~.launch.capture_job`, reused when
+   RUN/capture/ is complete), from which each slice's recorded data is derived
+   (:func:`~prism.nccl_patches.recorded_store.derive_from_capture`). A collection with
+   ``values.ranks`` set to a slice gives the same data; capture is what the vrank code supports
+   for any rank set today.
+2. Slices of S ranks in round-robin (one rank per template when a template map is given): each
+   runs its ranks for real with the ``live`` engine while every other rank is a vrank replaying
+   the structure graph as soon as it can (:class:`~.clock.AsapClock`). Each real rank's recorded
+   nodes (its ``RankRecord``, ``rank-R.pkl``) are its timing measurement.
+3. :func:`~prism.calibration.apply_measurements` moves the measurements onto the structure graph
+   (``bare`` when collected, else ``real``) and :func:`~prism.calibration.calibrate` runs the
+   discrete-event pass; the timed graph goes to RUN/graph/timed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import pickle
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from prism.calibration import CalibrationReport, apply_measurements, calibrate, plan_slices, representatives
+from prism.core.errors import RunDirError
+from prism.core.rundir import RunDir
+from prism.core.workerspec import record_path
+from prism.graph.io import read_graph, write_graph
+from prism.graph.records import Graph, Node, RankSummary
+from prism.nccl_patches.recorded_store import derive_from_capture, recorded_dir
+
+from .launch import EmulateOptions, capture_job, emulate
+
+__all__ = ["CalibrateResult", "SliceResult", "calibrate_run", "mean_measured_ns", "measured_steps_ns", "structure_kind"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SliceResult:
+    ranks: tuple[int, ...]
+    wall_s: float
+    step_times_ns: dict[int, tuple[int, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrateResult:
+    report: CalibrationReport
+    slices: tuple[SliceResult, ...]
+    structure: str
+    """The graph the measurements were put on: ``bare`` or ``real``."""
+    real_steps_ns: dict[int, tuple[int, ...]]
+    """Step times of the real run (RUN/graph/real), if recorded; else empty."""
+    timed_dir: Path
+    wall_s: float
+
+
+def structure_kind(run: RunDir) -> str:
+    """``bare`` when collected, else ``real`` (the structure of ``prism record``)."""
+    for kind in ("bare", "real"):
+        if (run.graph_dir(kind) / "manifest.pb").is_file():
+            return kind
+    raise RunDirError(f"{run.root}: no graph/bare or graph/real (run prism collect or prism record first)")
+
+
+def measured_steps_ns(graph: Graph) -> dict[int, tuple[int, ...]]:
+    return {r: s.step_times_ns for r, s in graph.summaries.items() if s.step_times_ns}
+
+
+def _capture_complete(capture: Path, world_size: int) -> bool:
+    return all((capture / f"rank-{r:05d}.json").is_file() for r in range(world_size))
+
+
+def _load_record(out_dir: Path, rank: int):
+    # The worker's RankRecord (prism.sandbox.recorder), unpickled by reference: this role reads the
+    # file the worker wrote and never imports the sandbox.
+    with record_path(out_dir, rank).open("rb") as f:
+        return pickle.load(f)  # noqa: S301 - our own worker's output
+
+
+def calibrate_run(
+    run_dir: str | Path,
+    *,
+    slice_size: int = 2,
+    template_of: Mapping[int, int] | None = None,
+    skip_steps: int | None = None,
+    timeout_s: float = 600.0,
+    on_slice: Callable[[int, int, tuple[int, ...]], None] | None = None,
+) -> CalibrateResult:
+    """Run the timing slices of RUN and write RUN/graph/timed (module docstring).
+
+    ``on_slice(done, total, ranks)`` is called before each slice (done = slices finished) and once
+    at the end."""
+    started = time.time()
+    run = RunDir(Path(run_dir))
+    job = run.load_job()
+    kind = structure_kind(run)
+    structure = read_graph(run.graph_dir(kind))
+    if skip_steps is None:
+        skip_steps = job.iterations.warmup
+    capture = run.root / "capture"
+    if not _capture_complete(capture, job.world_size):
+        log.info("capture run of all %d ranks (recorded data for the slices)", job.world_size)
+        capture_job(job, run.root, timeout_s=timeout_s)
+    slices = plan_slices(representatives(job.world_size, template_of), slice_size)
+    measured: dict[int, tuple[Node, ...]] = {}
+    summaries: dict[int, RankSummary] = {}
+    results = []
+    for i, ranks in enumerate(slices):
+        if on_slice:
+            on_slice(i, len(slices), ranks)
+        if not recorded_dir(run.root, ranks).is_dir():
+            derive_from_capture(run.root, capture, ranks)
+        t0 = time.time()
+        out = run.root / "calibration" / f"slice-{i:03d}"
+        emulate(run.root, EmulateOptions(ranks=ranks, graph_kind=kind, out_dir=str(out), timeout_s=timeout_s))
+        steps = {}
+        for r in ranks:
+            record = _load_record(out, r)
+            measured[r] = tuple(record.nodes)
+            summaries[r] = dataclasses.replace(record.summary, rank=r)
+            steps[r] = tuple(record.summary.step_times_ns)
+        results.append(SliceResult(ranks, time.time() - t0, steps))
+        log.info("slice %d/%d ranks %s: %.1f s", i + 1, len(slices), list(ranks), time.time() - t0)
+    if on_slice:
+        on_slice(len(slices), len(slices), ())
+    merged = apply_measurements(structure, measured, template_of)
+    if template_of:
+        first = {template_of.get(r, r): r for r in sorted(measured, reverse=True)}
+        for r in range(job.world_size):
+            if r not in summaries:
+                src = summaries[first[template_of.get(r, r)]]
+                summaries[r] = dataclasses.replace(src, rank=r)
+    merged = dataclasses.replace(merged, summaries=summaries)
+    timed, report = calibrate(merged, skip_steps=skip_steps)
+    timed = dataclasses.replace(timed, meta={**timed.meta, "structure": kind, "slice_size": str(slice_size)})
+    write_graph(timed, run.graph_dir("timed"))
+    real = read_graph(run.graph_dir("real")) if (run.graph_dir("real") / "manifest.pb").is_file() else None
+    return CalibrateResult(report=report, slices=tuple(results), structure=kind,
+                           real_steps_ns=measured_steps_ns(real) if real else {},
+                           timed_dir=run.graph_dir("timed"), wall_s=time.time() - started)
+
+
+def mean_measured_ns(steps: tuple[int, ...], skip: int) -> float:
+    kept = list(steps[skip:]) or list(steps)
+    return statistics.fmean(kept) if kept else float("nan")

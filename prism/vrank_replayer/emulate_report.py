@@ -1,0 +1,149 @@
+"""What ``prism emulate`` leaves in RUN/emulations/<id>/: ``report.json`` and ``timeline.json``.
+
+report.json, per sandbox rank: iteration time per step, mean and p50 over the measured steps
+(after ``skip_steps`` warmup steps), the calibrated prediction of the same steps (the timed
+graph), peak tracked memory, OOM if it happened, diverged ops, losses. timeline.json: a Chrome
+trace with the real spans of the sandbox ranks (their recorded nodes, on the launcher's clock)
+and the simulated spans of the vranks (the timed graph, shifted so that the sandbox ranks'
+predicted end of step 0 meets their real one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import pickle
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from prism.core.atomic import atomic_write_text
+from prism.core.errors import RankFailedError, RunDirError
+from prism.core.rundir import RunDir
+from prism.core.workerspec import record_path
+from prism.graph.export import to_chrome_trace, write_chrome_trace
+from prism.graph.io import read_graph
+from prism.graph.records import Graph, NodeKind
+
+from .launch import EmulateOptions, EmulateResult, emulate
+
+__all__ = ["EmulationReport", "emulate_and_report", "summarize_steps", "REPORT_FILE", "TIMELINE_FILE"]
+
+log = logging.getLogger(__name__)
+
+REPORT_FILE = "report.json"
+TIMELINE_FILE = "timeline.json"
+_OOM_MARKERS = ("OutOfMemoryError", "out of memory", "MemoryError")
+
+
+@dataclass(frozen=True, slots=True)
+class EmulationReport:
+    out_dir: Path
+    data: dict
+    """The content of report.json."""
+    result: EmulateResult | None
+    """None when the emulation stopped on an OOM."""
+
+
+def summarize_steps(steps_ns, skip: int) -> dict:
+    """Step times in ms: all of them, and mean / p50 over those after ``skip``."""
+    steps_ms = [s / 1e6 for s in steps_ns]
+    kept = steps_ms[skip:] or steps_ms
+    return {"step_ms": steps_ms, "mean_ms": statistics.fmean(kept) if kept else None,
+            "p50_ms": statistics.median(kept) if kept else None, "measured_steps": len(kept)}
+
+
+def _record(out: Path, rank: int):
+    path = record_path(out, rank)
+    if not path.is_file():
+        return None
+    with path.open("rb") as f:
+        return pickle.load(f)  # noqa: S301 - our own worker's output (a RankRecord)
+
+
+def _step_end_ns(nodes, step: int) -> int | None:
+    ends = [n.start_ns for n in nodes if n.kind is NodeKind.MARK and n.mark == "step_end"]
+    return ends[step] if step < len(ends) and ends[step] >= 0 else None
+
+
+def _timeline(timed: Graph | None, real_nodes: dict, groups: dict, steps: int | None, world_size: int) -> dict:
+    nodes = dict(real_nodes)
+    if timed is not None:
+        shifts = [r_end - p_end for r, ns in real_nodes.items()
+                  if (r_end := _step_end_ns(ns, 0)) is not None and (p_end := _step_end_ns(timed.nodes[r], 0)) is not None]
+        shift = int(statistics.fmean(shifts)) if shifts else 0
+        for r, ns in timed.nodes.items():
+            if r in real_nodes:
+                continue
+            nodes[r] = tuple(dataclasses.replace(n, start_ns=n.start_ns + shift) for n in ns
+                             if (steps is None or n.step < steps) and n.start_ns >= 0)
+        groups = {**timed.groups, **groups}
+    graph = Graph(world_size=world_size, nodes=nodes, groups=groups, kind="emulated")
+    trace = to_chrome_trace(graph)
+    for ev in trace["traceEvents"]:
+        if ev.get("name") == "process_name":
+            ev["args"]["name"] += " (real)" if ev["pid"] in real_nodes else " (virtual, timed graph)"
+    return trace
+
+
+def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_timed: bool = True,
+                       skip_steps: int | None = None) -> EmulationReport:
+    """Run :func:`~.launch.emulate` (with the timed graph when RUN/graph/timed exists and
+    ``use_timed``) into RUN/emulations/<id>/ and write report.json and timeline.json there."""
+    run = RunDir(Path(run_dir))
+    job = run.load_job()
+    timed_dir = run.graph_dir("timed")
+    timed = read_graph(timed_dir) if use_timed and (timed_dir / "manifest.pb").is_file() else None
+    if options.timed_graph_dir:
+        timed = read_graph(options.timed_graph_dir)
+    ranks = tuple(sorted(set(options.ranks)))
+    out = Path(options.out_dir) if options.out_dir else (
+        run.root / "emulations" / f"{time.strftime('%Y%m%d-%H%M%S')}-ranks-{'_'.join(map(str, ranks))}")
+    options = dataclasses.replace(options, out_dir=str(out),
+                                  timed_graph_dir=options.timed_graph_dir or (str(timed_dir) if timed else ""))
+    skip = job.iterations.warmup if skip_steps is None else skip_steps
+    data: dict = {"world_size": job.world_size, "sandbox_ranks": list(ranks), "skip_steps": skip,
+                  "clock": "timed" if timed is not None else "asap", "steps": options.steps, "ranks": {}}
+    result = None
+    failure: RankFailedError | None = None
+    try:
+        result = emulate(run.root, options)
+    except RankFailedError as e:
+        if not any(m in e.traceback_text for m in _OOM_MARKERS):
+            raise
+        failure = e
+    real_nodes, groups = {}, {}
+    for r in ranks:
+        rec = _record(out, r)
+        row: dict = {"oom": failure is not None and failure.rank == r}
+        if row["oom"]:
+            row["error"] = failure.traceback_text.strip().splitlines()[-1]
+        if result is not None:
+            got = result.ranks[r]
+            row.update(summarize_steps(got.step_times_ns, skip))
+            row.update(losses=list(got.losses), num_ops=got.num_ops, diverged_ops=list(got.diverged_ops))
+        if rec is not None:
+            row.update(peak_memory_bytes=rec.summary.peak_memory_bytes, memory_source=rec.summary.memory_source)
+            real_nodes[r] = tuple(rec.nodes)
+            groups.update({g.group_id: g for g in rec.groups})
+        if timed is not None:
+            ends = [n.start_ns for n in timed.nodes[r] if n.kind is NodeKind.MARK and n.mark == "step_end"]
+            pred = summarize_steps([b - a for a, b in zip([0, *ends[:-1]], ends)][: options.steps], skip)
+            row["predicted_mean_ms"] = pred["mean_ms"]
+            row["predicted_step_ms"] = pred["step_ms"]
+        data["ranks"][str(r)] = row
+    if failure is not None:
+        data["failed"] = {"rank": failure.rank, "oom": True}
+    if result is not None:
+        data["wall_s"] = result.wall_s
+        data["replayers"] = [dataclasses.asdict(p) for p in result.replayers]
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / REPORT_FILE, json.dumps(data, indent=1))
+    if real_nodes:
+        write_chrome_trace(out / TIMELINE_FILE, _timeline(timed, real_nodes, groups, options.steps, job.world_size))
+    else:
+        raise RunDirError(f"{out}: no sandbox rank left a record; see the logs there")
+    log.info("emulation report in %s", out)
+    return EmulationReport(out, data, result)

@@ -1,0 +1,98 @@
+"""The timed co-simulation clock: when a virtual rank issues its ops, given the timed graph and the
+real times at which its exchanges with the sandbox completed (pure arithmetic, then real time)."""
+
+import math
+import time
+
+import pytest
+
+from prism.graph.text import parse_graph
+from prism.vrank_replayer.clock import TimedClock, VrankSchedule
+
+pytestmark = pytest.mark.timeout(30)
+
+# Rank 0 is virtual, rank 1 is the sandbox. Predicted: rank 0 sends an activation at 100, waits
+# for the gradient from 110 to 300 (rank 1 computes 110..290 and sends it), computes 50 and
+# sends the next activation at 350. Times in ns.
+TIMED = """
+graph world_size=2 kind=timed
+group 0 ranks=0,1 desc=pp
+r0#0 COMP step=0 t=0+100
+r0#1 SEND g0:0 ->1 16B f32[4] async step=0 t=100+10
+r0#2 RECV g0:0 <-1 16B f32[4] async step=0 t=110+190
+r0#3 WAIT #2 step=0 t=110+190
+r0#4 COMP step=0 t=300+50
+r0#5 SEND g0:1 ->1 16B f32[4] async step=0 t=350+10
+r0#6 WAIT #5 step=0 t=360+0
+r0#7 MARK step_end step=0 t=360+0
+r1#0 RECV g0:0 <-0 16B f32[4] step=0 t=0+110
+r1#1 COMP step=0 t=110+180
+r1#2 SEND g0:0 ->0 16B f32[4] step=0 t=290+10
+r1#3 RECV g0:1 <-0 16B f32[4] step=0 t=300+60
+r1#4 MARK step_end step=0 t=360+0
+"""
+
+
+def sandbox_node(graph, index):
+    """The clock is told about an op by the sandbox member's node (identities are shared)."""
+    return graph.nodes[1][index]
+
+
+def test_the_schedule_knows_issue_times_waits_and_blockers():
+    g = parse_graph(TIMED)
+    sched = VrankSchedule.from_nodes(0, g.nodes[0], sandbox={1})
+    grad = sched.by_index[2]
+    assert (grad.issue_ns, grad.end_ns, grad.wait_ns, grad.sure) == (110, 300, 110, True)
+    nxt = sched.by_index[5]
+    # the next activation may not leave before the gradient it waited for arrived
+    assert (nxt.issue_ns, nxt.blockers, nxt.wait_ns) == (350, (2,), 360)
+    assert sched.by_index[1].wait_ns == -1  # never waited for
+
+
+def test_vranks_follow_the_sandbox_when_the_prediction_had_them_waiting_on_it():
+    g = parse_graph(TIMED)
+    clock = TimedClock(g, sandbox={1})
+    first, grad, nxt = sandbox_node(g, 0), sandbox_node(g, 2), sandbox_node(g, 3)
+    assert clock.issue_at_ns(0, first) == -math.inf  # before any real event: at once
+    assert clock.blocked_on(0, nxt) == [2]
+    # the gradient arrives at real 1,000,300: real = predicted + 1,000,000 from now on
+    clock.complete_at(0, grad, 1_000_300)
+    assert clock.blocked_on(0, nxt) == []
+    assert clock.issue_at_ns(0, nxt) == 1_000_350
+    # the sandbox rank is 100 ns late next time: the vrank is 100 ns late after it
+    clock.complete_at(0, grad, 1_000_400)
+    assert clock.issue_at_ns(0, nxt) == 1_000_450
+    # and 100 ns early: the vrank, which was waiting for it, goes on 100 ns early
+    clock.complete_at(0, grad, 1_000_300)
+    assert clock.issue_at_ns(0, nxt) == 1_000_350
+
+
+def test_an_op_the_vrank_did_not_wait_for_in_the_prediction_only_delays_it_when_late():
+    g = parse_graph(TIMED)
+    clock = TimedClock(g, sandbox={1})
+    clock.complete_at(0, sandbox_node(g, 2), 1_000_300)  # offset 1,000,000
+    act = sandbox_node(g, 3)  # predicted done at 360, waited for at 360: no predicted wait
+    clock.complete_at(0, act, 1_000_355)  # early: the vrank reaches its wait at 1,000,360 anyway
+    assert clock.offset_ns(0) == 1_000_000
+    clock.complete_at(0, act, 1_000_500)  # 140 ns late: the vrank leaves its wait 140 ns late
+    assert clock.offset_ns(0) == 1_000_140
+
+
+def test_wait_until_issue_holds_the_vrank_until_its_predicted_time_in_real_time():
+    ms = 1_000_000
+    g = parse_graph("\n".join(_scale(line, ms) for line in TIMED.strip().splitlines()))
+    clock = TimedClock(g, sandbox={1})
+    clock.on_complete(0, sandbox_node(g, 2))  # the gradient arrives now (predicted 300 ms)
+    t0 = time.perf_counter()
+    clock.wait_until_issue(0, sandbox_node(g, 3))  # predicted 50 ms later
+    waited = time.perf_counter() - t0
+    assert 0.045 <= waited < 0.5
+    assert [e[2] for e in clock.events] == ["complete", "issue"]
+
+
+def _scale(line: str, factor: int) -> str:
+    if " t=" not in line:
+        return line
+    head, _, times = line.rpartition(" t=")
+    start, _, dur = times.partition("+")
+    return f"{head} t={int(start) * factor}+{int(dur) * factor}"
