@@ -51,6 +51,7 @@ def main() -> None:
     p.add_argument("--ranks", default="2,5")
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--keep", default=None, help="run directory to keep (default: a temporary one)")
+    p.add_argument("--reuse", action="store_true", help="with --keep: reuse its real run and timed graph")
     p.add_argument("--out", default=None)
     ns = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -60,10 +61,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="prism-bench-") as tmp:
         run = Path(ns.keep or tmp)
         t0 = time.time()
-        real = record_job(job, run)
+        reuse = ns.reuse and (run / "graph" / "timed").is_dir()
+        real = read_graph(run / "graph" / "real") if reuse else record_job(job, run)
         t_record = time.time() - t0
         t0 = time.time()
-        cal = calibrate_run(run, slice_size=2, skip_steps=skip)
+        num_slices = len(list((run / "calibration").glob("slice-*"))) if reuse else \
+            len(calibrate_run(run, slice_size=2, skip_steps=skip).slices)
         t_cal = time.time() - t0
         timed = read_graph(run / "graph" / "timed")
         t0 = time.time()
@@ -84,7 +87,7 @@ def main() -> None:
         }
     summary = {
         "benchmark": "emulate_fidelity", "world_size": job.world_size, "sandbox_ranks": list(ranks),
-        "args": list(job.args), "skip_steps": skip, "slices": len(cal.slices),
+        "args": list(job.args), "skip_steps": skip, "slices": num_slices,
         "wall_s": {"record": t_record, "calibrate": t_cal, "emulate": t_emu},
         "mean_abs_rel_error": max(abs(v["emulated"]["mean_rel_error"]) for v in rows.values()),
         "max_step_rel_error": max(v["emulated"]["max_rel_error"] for v in rows.values()),

@@ -11,12 +11,12 @@ from rich.logging import RichHandler
 
 from prism.core.errors import PrismError, RankFailedError
 
-from . import calibrate, collect, demo, emulate, export, record, simulate, walk
+from . import calibrate, collect, demo, emulate, export, record, simulate, validate, walk
 
 __all__ = ["main"]
 
 COMMANDS = {"record": record, "collect": collect, "simulate": simulate, "walk": walk, "export": export, "demo": demo,
-            "emulate": emulate, "calibrate": calibrate}
+            "emulate": emulate, "calibrate": calibrate, "validate": validate}
 
 
 def build_parser() -> argparse.ArgumentParser:

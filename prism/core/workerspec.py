@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ShimConfig", "WorkerSpec", "record_path", "error_path", "WORKER_MODULE"]
+__all__ = ["ShimConfig", "WorkerSpec", "record_path", "error_path", "physical_slot", "WORKER_MODULE"]
 
 WORKER_MODULE = "prism.sandbox.worker"
 
@@ -66,3 +66,16 @@ def record_path(out_dir: str | Path, rank: int) -> Path:
 
 def error_path(out_dir: str | Path, rank: int) -> Path:
     return Path(out_dir) / f"rank-{rank:05d}.error"
+
+
+def physical_slot(device: str, rank: int, ranks_per_node: int) -> int:
+    """LOCAL_RANK for a rank launched on this host: the device it runs on. With fewer GPUs than
+    ranks, ranks share GPUs round-robin (only gloo can carry several ranks on one GPU)."""
+    if device == "cuda":
+        import torch
+
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise ValueError("the job says device: cuda but this host has no CUDA device")
+        return rank % count
+    return rank % ranks_per_node

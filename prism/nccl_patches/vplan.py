@@ -183,6 +183,7 @@ def transport_prefix(group_id: str) -> str:
 _TAG_LIMIT = 2**31 - 1
 _P2P_BASE = 2**30
 _WINDOW = 4  # ops of one channel in flight at once, at most (they run in issue order)
+_P2P_WINDOW = 4  # messages of one (src, dst) stream in flight at once (the replayer posts up to 8 sends ahead)
 _PARTS = 16
 
 
@@ -190,8 +191,11 @@ def collective_tag_base(seq: int, part: int, n: int) -> int:
     return ((seq % _WINDOW) * _PARTS + part % _PARTS) * 2 * n * n
 
 
-def p2p_tag_base(seq: int, part: int, n: int) -> int:
-    return _P2P_BASE + ((seq % _WINDOW) * _PARTS + part % _PARTS) * n
+def p2p_tag_base(seq: int, part: int, n: int, src: int) -> int:
+    """Tags of message ``seq`` (per-pair sequence) from group rank ``src``; the step adds ``dst``.
+    Several (src, dst) streams of a group share its transport (one replayer endpoint hosts all
+    vranks, and gloo matches by endpoint and tag), so the tag names the link, not only the seq."""
+    return _P2P_BASE + (((seq % _P2P_WINDOW) * _PARTS + part % _PARTS) * n + src) * n
 
 
 class WideTagTransport(Transport):

@@ -23,12 +23,12 @@ import torch.distributed as dist
 
 from prism.core.config import JobConfig
 from prism.core.supervise import Supervisor, package_env
-from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, record_path
+from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, record_path
 from prism.graph.records import Graph, GroupInfo
 
 from .recorder import RankRecord
 
-__all__ = ["LaunchOptions", "launch_ranks", "assemble_graph", "worker_spec", "physical_slot"]
+__all__ = ["LaunchOptions", "launch_ranks", "assemble_graph", "worker_spec"]
 
 log = logging.getLogger(__name__)
 
@@ -47,25 +47,12 @@ class LaunchOptions:
     engine_options: dict[str, str] = field(default_factory=dict)
 
 
-def physical_slot(job: JobConfig, rank: int) -> int:
-    """LOCAL_RANK for a rank launched on this host: the device it runs on. With fewer GPUs than
-    ranks, ranks share GPUs round-robin (only gloo can carry several ranks on one GPU)."""
-    if job.device == "cuda":
-        import torch
-
-        count = torch.cuda.device_count()
-        if count == 0:
-            raise ValueError("the job says device: cuda but this host has no CUDA device")
-        return rank % count
-    return rank % job.ranks_per_node
-
-
 def worker_spec(job: JobConfig, rank: int, *, engine: str, out_dir: str, store_addr: str = "", alone: bool,
                 timeout_s: float = 600.0, cuda_backend: str = "nccl", engine_options: dict[str, str] | None = None,
                 local_rank: int | None = None, clock_origin_ns: int = 0) -> WorkerSpec:
     """The spec of one worker of ``job`` (shared by every launcher)."""
     if local_rank is None:
-        local_rank = physical_slot(job, rank)
+        local_rank = physical_slot(job.device, rank, job.ranks_per_node)
     shim = ShimConfig(
         rank=rank,
         world_size=job.world_size,

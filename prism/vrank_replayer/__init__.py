@@ -4,7 +4,7 @@
 that answer for every other rank; :func:`capture_job` makes recorded data without ``prism collect``.
 """
 
-from .clock import AsapClock, Clock
+from .clock import AsapClock, Clock, TimedClock
 from .launch import EmulateOptions, EmulateResult, ReplayerResult, SandboxRankResult, capture_job, emulate, with_steps
 from .plan import Channel, plan_channels
 from .replayer import Replayer, ReplayerSpec
@@ -19,6 +19,7 @@ __all__ = [
     "ReplayerResult",
     "ReplayerSpec",
     "SandboxRankResult",
+    "TimedClock",
     "capture_job",
     "emulate",
     "plan_channels",

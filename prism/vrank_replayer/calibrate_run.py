@@ -35,7 +35,7 @@ from prism.nccl_patches.recorded_store import derive_from_capture, recorded_dir
 
 from .launch import EmulateOptions, capture_job, emulate
 
-__all__ = ["CalibrateResult", "SliceResult", "calibrate_run", "mean_measured_ns", "measured_steps_ns", "structure_kind"]
+__all__ = ["CalibrateResult", "SliceResult", "calibrate_run", "ensure_recorded", "mean_measured_ns", "measured_steps_ns", "structure_kind"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,23 @@ def _load_record(out_dir: Path, rank: int):
         return pickle.load(f)  # noqa: S301 - our own worker's output
 
 
+def ensure_recorded(run_dir: str | Path, ranks: tuple[int, ...], *, capture: bool = True,
+                    timeout_s: float = 600.0) -> Path | None:
+    """The recorded data of sandbox set ``ranks``: as found, or derived from the capture run
+    (made first when RUN/capture/ is incomplete and ``capture``; else None)."""
+    run = RunDir(Path(run_dir))
+    target = recorded_dir(run.root, ranks)
+    if target.is_dir():
+        return target
+    job = run.load_job()
+    capture_dir = run.root / "capture"
+    if not _capture_complete(capture_dir, job.world_size):
+        if not capture:
+            return None
+        capture_job(job, run.root, timeout_s=timeout_s)
+    return derive_from_capture(run.root, capture_dir, ranks)
+
+
 def calibrate_run(
     run_dir: str | Path,
     *,
@@ -113,8 +130,7 @@ def calibrate_run(
     for i, ranks in enumerate(slices):
         if on_slice:
             on_slice(i, len(slices), ranks)
-        if not recorded_dir(run.root, ranks).is_dir():
-            derive_from_capture(run.root, capture, ranks)
+        ensure_recorded(run.root, ranks, timeout_s=timeout_s)
         t0 = time.time()
         out = run.root / "calibration" / f"slice-{i:03d}"
         emulate(run.root, EmulateOptions(ranks=ranks, graph_kind=kind, out_dir=str(out), timeout_s=timeout_s))

@@ -103,7 +103,9 @@ class VrankSchedule:
     by_index: dict[int, VrankOp]
 
     @staticmethod
-    def from_nodes(rank: int, nodes: tuple[Node, ...], sandbox: Iterable[int]) -> VrankSchedule:
+    def from_nodes(rank: int, nodes: tuple[Node, ...], sandbox: Iterable[int],
+                   served: frozenset[OpKey] | None = None) -> VrankSchedule:
+        """``served``: the ops whose completion this replayer sees (None: every op with the sandbox)."""
         sandbox = frozenset(sandbox)
         if any(n.is_comm and n.start_ns < 0 for n in nodes):
             raise GraphError(f"rank {rank}: the timed graph has comm nodes without predicted times")
@@ -129,7 +131,8 @@ class VrankSchedule:
                 continue
             op = VrankOp(index=n.index, issue_ns=n.start_ns, end_ns=n.end_ns, wait_ns=wait_at.get(n.index, -1),
                          blockers=tuple(waited_before[n.index]),
-                         sure=n.kind is not NodeKind.COLLECTIVE and n.peer in sandbox)
+                         sure=n.kind is not NodeKind.COLLECTIVE and n.peer in sandbox
+                         and (served is None or op_key(n) in served))
             ops[op_key(n)] = op
             by_index[n.index] = op
         return VrankSchedule(rank, ops, by_index)
@@ -139,13 +142,14 @@ class TimedClock:
     """Real-time co-simulation clock over a timed graph (module docstring)."""
 
     def __init__(self, timed: Graph, sandbox: Iterable[int], *, vranks: Iterable[int] | None = None,
-                 timeout_s: float = 600.0) -> None:
+                 served: Iterable[OpKey] | None = None, timeout_s: float = 600.0) -> None:
         sandbox = frozenset(sandbox)
         wanted = sorted(set(vranks) if vranks is not None else set(timed.nodes) - sandbox)
         missing = [v for v in wanted if v not in timed.nodes]
         if missing:
             raise GraphError(f"the timed graph has no nodes for vranks {missing}")
-        self.schedules = {v: VrankSchedule.from_nodes(v, timed.nodes[v], sandbox) for v in wanted}
+        served = frozenset(served) if served is not None else None
+        self.schedules = {v: VrankSchedule.from_nodes(v, timed.nodes[v], sandbox, served) for v in wanted}
         self.timeout_s = timeout_s
         self._offset: dict[int, float] = {}
         self._announced: set[tuple[int, int]] = set()

@@ -25,8 +25,9 @@ from prism.core.rundir import RunDir
 from prism.core.workerspec import record_path
 from prism.graph.export import to_chrome_trace, write_chrome_trace
 from prism.graph.io import read_graph
-from prism.graph.records import Graph, NodeKind
+from prism.graph.records import Graph, GroupInfo, Node, NodeKind
 
+from .calibrate_run import ensure_recorded
 from .launch import EmulateOptions, EmulateResult, emulate
 
 __all__ = ["EmulationReport", "emulate_and_report", "summarize_steps", "REPORT_FILE", "TIMELINE_FILE"]
@@ -45,6 +46,9 @@ class EmulationReport:
     """The content of report.json."""
     result: EmulateResult | None
     """None when the emulation stopped on an OOM."""
+    nodes: dict[int, tuple[Node, ...]]
+    """What each sandbox rank recorded (real times, launcher clock)."""
+    groups: dict[str, GroupInfo]
 
 
 def summarize_steps(steps_ns, skip: int) -> dict:
@@ -106,6 +110,8 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
     skip = job.iterations.warmup if skip_steps is None else skip_steps
     data: dict = {"world_size": job.world_size, "sandbox_ranks": list(ranks), "skip_steps": skip,
                   "clock": "timed" if timed is not None else "asap", "steps": options.steps, "ranks": {}}
+    if not options.recorded_dir:
+        ensure_recorded(run.root, ranks, capture=False)  # derived from RUN/capture when there is one
     result = None
     failure: RankFailedError | None = None
     try:
@@ -146,4 +152,4 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
     else:
         raise RunDirError(f"{out}: no sandbox rank left a record; see the logs there")
     log.info("emulation report in %s", out)
-    return EmulationReport(out, data, result)
+    return EmulationReport(out, data, result, real_nodes, groups)

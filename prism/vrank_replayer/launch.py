@@ -31,7 +31,7 @@ from prism.core.config import JobConfig
 from prism.core.errors import PrismError, RankFailedError, RunDirError
 from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
-from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec
+from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot
 from prism.nccl_patches.recorded_store import derive_from_capture, recorded_dir
 
 from .replayer import REPLAYER_MODULE, ReplayerSpec, replayer_result_path
@@ -127,7 +127,7 @@ def with_steps(job: JobConfig, steps: int | None) -> JobConfig:
 
 def _worker_spec(job: JobConfig, rank: int, *, present: tuple[int, ...], store_addr: str, out_dir: Path,
                  timeout_s: float, engine_options: dict[str, str], origin_ns: int) -> WorkerSpec:
-    shim = ShimConfig(rank=rank, world_size=job.world_size, local_rank=rank % job.ranks_per_node,
+    shim = ShimConfig(rank=rank, world_size=job.world_size, local_rank=physical_slot(job.device, rank, job.ranks_per_node),
                       ranks_per_node=job.ranks_per_node, device=job.device, store_addr=store_addr,
                       present_ranks=len(present), is_store_leader=rank == present[0], timeout_s=timeout_s,
                       clock_origin_ns=origin_ns)

@@ -45,7 +45,7 @@ from prism.nccl_patches.vplan import (
     transport_prefix,
 )
 
-from .clock import AsapClock, Clock, TimedClock
+from .clock import AsapClock, Clock, TimedClock, op_key
 from .plan import Channel, plan_channels
 
 __all__ = ["ReplayerSpec", "Replayer", "clock_events_path", "replayer_result_path", "REPLAYER_MODULE"]
@@ -104,7 +104,9 @@ class Replayer:
         del graph  # the channels keep the nodes they need
         if clock is None and spec.timed_graph_dir:
             vranks = {r for ch in self.channels for r in ch.members} - self.sandbox
-            clock = TimedClock(read_graph(spec.timed_graph_dir), self.sandbox, vranks=vranks, timeout_s=spec.timeout_s)
+            served = {op_key(n) for ch in self.channels for n in ch.nodes}  # with several replayers, not all
+            clock = TimedClock(read_graph(spec.timed_graph_dir), self.sandbox, vranks=vranks, served=served,
+                               timeout_s=spec.timeout_s)
         self.clock = clock or AsapClock()
         self.store = RecordedStore(spec.recorded_dir)
         self._lock = threading.Lock()
@@ -175,7 +177,7 @@ class Replayer:
                     continue
                 for v in sorted(hosted):
                     self.clock.wait_until_issue(ch.members[v], node)
-                base = p2p_tag_base(node.seq, part, n) if ch.is_p2p else collective_tag_base(node.seq, part, n)
+                base = p2p_tag_base(node.seq, part, n, rec.root) if ch.is_p2p else collective_tag_base(node.seq, part, n)
                 if detached is None:
                     self._play(ch, node, rec, hosted, base)
                 else:

@@ -207,7 +207,7 @@ class LiveEngine(CommEngine):
                 rec = barrier_record(n, [gr for gr, r in enumerate(g.ranks) if r in self.sandbox])
             else:
                 rec = self._recorded.get(self._key(req, i)) if self._recorded else None
-            tag_base = p2p_tag_base(req.seq, i, n) if is_p2p else collective_tag_base(req.seq, i, n)
+            tag_base = p2p_tag_base(req.seq, i, n, part.root) if is_p2p else collective_tag_base(req.seq, i, n)
             res = run_sandbox_side(transport, part.algo, me, part.data, recorded=rec, tag_base=tag_base,
                                    timeout_s=self.timeout_s, **kw)
             outs.append(res.output)

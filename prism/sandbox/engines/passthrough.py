@@ -11,6 +11,7 @@ size (what NCCL does too), so the values match a real NCCL run up to rounding.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import queue
@@ -49,6 +50,22 @@ def _reduce_opts(cls, reduce_op: str, **kw):
     return opts
 
 
+def _host_copy(req: CommRequest) -> CommRequest | None:
+    """The request on host copies of its CUDA tensors (aliasing kept), or None if all are on the
+    host. gloo cannot send or reduce-scatter device memory, and this is how several ranks share
+    one GPU in a real run (NCCL refuses two ranks on one device)."""
+    if not any(t.is_cuda for t in (*req.inputs, *req.outputs)):
+        return None
+    copies: dict[int, torch.Tensor] = {}
+
+    def host(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in copies:
+            copies[id(t)] = t.detach().cpu() if t.is_cuda else t
+        return copies[id(t)]
+
+    return dataclasses.replace(req, inputs=[host(t) for t in req.inputs], outputs=[host(t) for t in req.outputs])
+
+
 class PassthroughEngine(CommEngine):
     name = "passthrough"
     divides_avg = True
@@ -84,20 +101,26 @@ class PassthroughEngine(CommEngine):
 
     def submit(self, req: CommRequest) -> torch.futures.Future:
         pg = self._backend_for(req)
-        works = self._start(pg, req)
+        staged = _host_copy(req) if isinstance(pg, dist.ProcessGroupGloo) else None
+        works = self._start(pg, staged or req)
         futures = [self._future_of(w) for w in works]
         done = torch.futures.collect_all(futures) if len(futures) != 1 else futures[0]
         size = req.group.size
 
         def finish(f):
             f.value()  # re-raises a backend error into our future
+            results = (staged or req).outputs
             if self.divides_avg and req.reduce_op == "avg" and req.op in (CommOp.ALL_REDUCE, CommOp.REDUCE_SCATTER, CommOp.REDUCE):
                 with torch.no_grad():
-                    for t in req.outputs:
+                    for t in results:
                         if t.is_floating_point() or t.is_complex():
                             t.div_(size)
                         else:
                             t.floor_divide_(size)
+            if staged is not None:
+                with torch.no_grad():
+                    for out, host in zip(req.outputs, results, strict=True):
+                        out.copy_(host)
             return req.outputs
 
         return done.then(finish)
