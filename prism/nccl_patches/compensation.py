@@ -78,7 +78,9 @@ def algo_for(op: CommOp, *, tree: bool = False) -> Algo:
 
 
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Elementwise bitwise equality (NaN equals the same NaN; -0.0 differs from 0.0)."""
+    """Elementwise bitwise equality (NaN equals the same NaN; -0.0 differs from 0.0). Recorded
+    values live on the host; a sandbox rank's on its device: compare on ``a``'s device."""
+    b = b.to(a.device)
     view = _BIT_VIEW.get(a.dtype)
     return a.view(view) == b.view(view) if view is not None else a == b
 

@@ -176,7 +176,7 @@ class SandboxParty(Party):
                 # the recorded tree total bit for bit, select the collected value.
                 values = RecordedValues(self.recorded)
                 same = bits_equal(total, values.tree_partial(0))
-                self._final = torch.where(same, values.full(), real)
+                self._final = torch.where(same, values.full().to(real.device), real)
         return self._final
 
     # --------------------------------------------------------------------------- result

@@ -183,7 +183,7 @@ def transport_prefix(group_id: str) -> str:
 _TAG_LIMIT = 2**31 - 1
 _P2P_BASE = 2**30
 _WINDOW = 4  # ops of one channel in flight at once, at most (they run in issue order)
-_P2P_WINDOW = 4  # messages of one (src, dst) stream in flight at once (the replayer posts up to 8 sends ahead)
+_P2P_WINDOW = 16  # messages of one (src, dst) stream in flight at once (the replayer posts up to 8 sends ahead)
 _PARTS = 16
 
 

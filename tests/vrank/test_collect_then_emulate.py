@@ -1,7 +1,7 @@
 """The user's path: ``prism collect`` with ``values.ranks: 2,5`` stores what the pruned
 collectives need; ``prism emulate --ranks 2,5`` then runs ranks 2 and 5 for real, every other rank
-virtual, and their losses equal the collected run's bitwise. pp and moe (value-dependent
-all-to-all splits) go the same way."""
+virtual, and their losses equal the collected run's bitwise. pp (two virtual pipeline neighbours
+of one sandbox rank) and moe (value-dependent all-to-all splits) go the same way."""
 
 import dataclasses
 import math
@@ -15,20 +15,23 @@ from tests.conftest import EXAMPLE_JOBS
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
-SANDBOX = (2, 5)
+# pp (4 stages x dp 2): rank 2 is a middle stage with two virtual pipeline neighbours, rank 7 the
+# last stage (the only one with a loss). hybrid: rank 5 is on the last stage.
+SANDBOXES = {"hybrid": (2, 5), "pp": (2, 7), "moe": (2, 5)}
 
 
-@pytest.mark.parametrize("name", ["hybrid", "pp", "moe"])
+@pytest.mark.parametrize("name", sorted(SANDBOXES))
 def test_emulated_ranks_equal_the_collected_run_bitwise(name, tmp_path):
+    sandbox = SANDBOXES[name]
     job = load_job(EXAMPLE_JOBS[name])
-    job = dataclasses.replace(job, values=ValuesPolicy(ranks="2,5"))
+    job = dataclasses.replace(job, values=ValuesPolicy(ranks=",".join(map(str, sandbox))))
     collected = collect_job(job, tmp_path / "run", CollectOptions(slots=2, timeout_s=600)).graph
-    result = emulate(tmp_path / "run", EmulateOptions(ranks=SANDBOX, timeout_s=300))
-    for r in SANDBOX:
+    result = emulate(tmp_path / "run", EmulateOptions(ranks=sandbox, timeout_s=300))
+    for r in sandbox:
         got, want = result.ranks[r], collected.summaries[r].losses
         assert got.num_ops == len(collected.comm_nodes(r))
         assert got.diverged_ops == ()
         assert len(got.losses) == len(want)
         assert all((math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(got.losses, want, strict=True)), \
             (name, r, got.losses, want)
-    assert any(not math.isnan(x) for r in SANDBOX for x in result.ranks[r].losses), "no sandbox rank has a loss"
+    assert any(not math.isnan(x) for r in sandbox for x in result.ranks[r].losses), "no sandbox rank has a loss"
