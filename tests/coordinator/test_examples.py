@@ -55,10 +55,9 @@ def test_losses_match_the_real_run_within_fp32_rounding(example):
     assert worst <= LOSS_REL_TOL
 
 
+@pytest.mark.parametrize("example", ["moe"], indirect=True)
 def test_moe_split_sizes_equal_the_real_run(example):
     name, job, real, result = example
-    if name != "moe":
-        pytest.skip("moe only")
     for rank in range(job.world_size):
         def splits(g):
             return [(n.in_splits, n.out_splits) for n in g.nodes[rank] if n.op is CommOp.ALL_TO_ALL and n.in_splits]
