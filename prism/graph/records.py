@@ -23,6 +23,8 @@ __all__ = [
     "GroupInfo",
     "RankSummary",
     "Graph",
+    "RankRecord",
+    "merge_groups",
     "COMM_KINDS",
 ]
 
@@ -165,3 +167,30 @@ class Graph:
 
     def comm_nodes(self, rank: int) -> list[Node]:
         return [n for n in self.nodes[rank] if n.is_comm]
+
+
+@dataclass(slots=True)
+class RankRecord:
+    """What one rank's worker hands back (pickled to ``rank-R.pkl``): its nodes, the groups it
+    belongs to and its summary. Every role that starts workers reads it; it lives here so that
+    none of them imports another."""
+
+    rank: int
+    world_size: int
+    nodes: list[Node]
+    groups: list[GroupInfo]
+    summary: RankSummary
+    engine: str
+    clock_origin_ns: int = 0
+
+
+def merge_groups(records) -> dict[str, GroupInfo]:
+    """The groups of several ranks' records (every rank names the same ids); a description seen
+    on any rank is kept."""
+    groups: dict[str, GroupInfo] = {}
+    for rec in records:
+        for g in rec.groups:
+            known = groups.get(g.group_id)
+            if known is None or (not known.desc and g.desc):
+                groups[g.group_id] = g
+    return groups

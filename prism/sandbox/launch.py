@@ -24,9 +24,8 @@ import torch.distributed as dist
 from prism.core.config import JobConfig
 from prism.core.supervise import Supervisor, package_env
 from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, record_path
-from prism.graph.records import Graph, GroupInfo
+from prism.graph.records import Graph, RankRecord, merge_groups
 
-from .recorder import RankRecord
 
 __all__ = ["LaunchOptions", "launch_ranks", "assemble_graph", "worker_spec"]
 
@@ -134,13 +133,8 @@ def launch_ranks(
 
 
 def assemble_graph(job: JobConfig, records: Sequence[RankRecord], *, kind: str) -> Graph:
-    """One graph from per-rank records (groups are merged; every rank names the same ids)."""
-    groups: dict[str, GroupInfo] = {}
-    for rec in records:
-        for g in rec.groups:
-            known = groups.get(g.group_id)
-            if known is None or (not known.desc and g.desc):
-                groups[g.group_id] = g
+    """One graph from per-rank records."""
+    groups = merge_groups(records)
     return Graph(
         world_size=job.world_size,
         nodes={rec.rank: tuple(rec.nodes) for rec in records},

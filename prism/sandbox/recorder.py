@@ -9,7 +9,6 @@ boundaries come from ``torch.optim.Optimizer.step`` (a global post hook) or ``pr
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import sys
@@ -19,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from prism.graph.records import CommOp, GroupInfo, Node, NodeKind, RankSummary
+from prism.graph.records import CommOp, GroupInfo, Node, NodeKind, RankRecord, RankSummary
 
 from .engines.base import CommRequest, GroupHandle
 
@@ -67,19 +66,6 @@ def _call_site_and_async(default_async: bool) -> tuple[str, bool]:
             break
         frame = frame.f_back
     return site, is_async
-
-
-@dataclasses.dataclass
-class RankRecord:
-    """What one rank hands back to the launcher (pickled)."""
-
-    rank: int
-    world_size: int
-    nodes: list[Node]
-    groups: list[GroupInfo]
-    summary: RankSummary
-    engine: str
-    clock_origin_ns: int = 0
 
 
 class Recorder:

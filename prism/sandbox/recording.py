@@ -13,10 +13,9 @@ from pathlib import Path
 from prism.core.config import JobConfig
 from prism.core.rundir import RunDir
 from prism.graph.io import write_graph
-from prism.graph.records import Graph
+from prism.graph.records import Graph, RankRecord
 
 from .launch import LaunchOptions, assemble_graph, launch_ranks
-from .recorder import RankRecord
 
 __all__ = ["record_job", "walk_rank"]
 

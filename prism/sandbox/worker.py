@@ -18,10 +18,10 @@ from pathlib import Path
 
 from prism.core.atomic import atomic_write_bytes, atomic_write_text
 from prism.core.workerspec import WorkerSpec, error_path, record_path
+from prism.graph.records import RankRecord
 
 from .engines.base import ENGINE_NAMES, CommEngine
 from .memory import MemoryMeter
-from .recorder import RankRecord
 from .shim import install, run_entrypoint
 
 __all__ = ["make_engine", "run_rank", "main"]

@@ -76,8 +76,7 @@ def _capture_complete(capture: Path, world_size: int) -> bool:
 
 
 def _load_record(out_dir: Path, rank: int):
-    # The worker's RankRecord (prism.sandbox.recorder), unpickled by reference: this role reads the
-    # file the worker wrote and never imports the sandbox.
+    # The worker's prism.graph.records.RankRecord: this role reads the file the worker wrote.
     with record_path(out_dir, rank).open("rb") as f:
         return pickle.load(f)  # noqa: S301 - our own worker's output
 

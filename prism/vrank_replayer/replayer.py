@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import resource
-import sys
 import threading
 import time
 import traceback
