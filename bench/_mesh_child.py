@@ -23,14 +23,16 @@ def main() -> None:
     import torch.distributed.device_mesh as dm
 
     mesh_s: list[float] = []
+    mesh_cpu_s: list[float] = []
     original = dm.init_device_mesh
 
     def timed_init(*args, **kwargs):
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         try:
             return original(*args, **kwargs)
         finally:
             mesh_s.append(time.perf_counter() - t)
+            mesh_cpu_s.append(time.process_time() - cpu)
 
     dm.init_device_mesh = timed_init
     args = ["--steps", "1", "--pp", "2", "--tp", "2", "--dp", str(world // 4)]
@@ -63,6 +65,7 @@ def main() -> None:
         "mode": mode,
         "world_size": world,
         "mesh_init_s": mesh_s[0] if mesh_s else None,
+        "mesh_init_cpu_s": mesh_cpu_s[0] if mesh_cpu_s else None,
         "total_s": time.perf_counter() - started,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "step_ok": not error,

@@ -19,7 +19,7 @@ timeout 400 python3 -m prism.cli.main record --cuda-backend gloo --job examples/
 echo "rc=$?"; tail -14 "$out/1-record.txt"
 
 echo "== 2. collect: W=8 on one GPU with K=2 slots, cuda-checkpoint swaps"
-[ -n "${SKIP_SWAP:-}" ] || timeout 500 python3 bench/gpu_collect_swap.py --gib-per-rank 2 --budget-gib 10 --steps 2 > "$out/2-swap.json" 2> "$out/2-swap.err"
+[ -n "${SKIP_SWAP:-}" ] || timeout 500 python3 bench/gpu_collect_swap.py --gib-per-rank 2 --budget-gib 10 --steps 2 --samples "$out/2-swap-samples.json" > "$out/2-swap.json" 2> "$out/2-swap.err"
 [ -n "${SKIP_SWAP:-}" ] || { echo "rc=$?"; tail -c 3000 "$out/2-swap.json"; tail -5 "$out/2-swap.err"; }
 
 echo "== 3. virtual ranks: collect hybrid on GPU (values.ranks 2,5), emulate ranks 2,5 on the GPU"

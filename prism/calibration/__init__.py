@@ -2,7 +2,7 @@
 onto the bare graph, and inter-slice calibration (DESIGN §7)."""
 
 from .calibrate import CalibrationReport, RankCalibration, calibrate
-from .merge import apply_measurements, segments
+from .merge import apply_measurements, fastest_of, segments, settle_warmup, typical_steps
 from .slices import plan_slices, representatives
 
 __all__ = [
@@ -10,7 +10,10 @@ __all__ = [
     "RankCalibration",
     "apply_measurements",
     "calibrate",
+    "fastest_of",
     "plan_slices",
     "representatives",
     "segments",
+    "settle_warmup",
+    "typical_steps",
 ]

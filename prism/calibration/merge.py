@@ -6,18 +6,31 @@ graph, by construction of the shim). Its compute spans are aligned with the bare
 segment takes the measured segment's total duration (spread over its compute nodes in proportion
 to their bare durations, or on the first one). Comm nodes take the measured duration, which in a
 slice is close to the pure transfer time because virtual peers answer as soon as they can.
+
+A slice measures each step once, on a host that other work shares: :func:`typical_steps` gives
+every node of the steady steps its median over those steps (the steps run the same program), so
+a burst of load during one step of one slice does not become a slow step in the prediction; a
+slice measured more than once keeps each node's shortest duration (:func:`fastest_of`: other
+load can only lengthen a span, so the best of a few takes is the one it disturbed least).
+
+Warm-up steps are different: the first op on a group in a slice also pays one-time setup (the
+``live`` engine connects a group's transport on first use; a real run connects at group
+creation). :func:`settle_warmup` gives those ops their steady-state duration, so that a one-time
+cost of one slice does not shift its ranks' phase in the pipeline at the start of the measured
+steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Mapping, Sequence
 
 from prism.core.errors import GraphError
 from prism.graph.records import Graph, Node, NodeKind
 from prism.graph.text import format_node
 
-__all__ = ["apply_measurements", "segments"]
+__all__ = ["apply_measurements", "fastest_of", "segments", "settle_warmup", "typical_steps"]
 
 
 def segments(nodes: Sequence[Node]) -> tuple[list[list[int]], list[int]]:
@@ -97,3 +110,59 @@ def apply_measurements(
     if missing:
         raise GraphError(f"ranks without a timing measurement: {missing}")
     return dataclasses.replace(bare, nodes=nodes, meta={**bare.meta, "clock": "per-rank"})
+
+
+def _signature(n: Node) -> tuple:
+    return (n.kind, n.op, n.group_id, n.peer, n.size_bytes)
+
+
+def settle_warmup(graph: Graph, skip_steps: int) -> Graph:
+    """The graph with each comm node of steps ``< skip_steps`` taking the median duration of the
+    same op (kind, op, group, peer, bytes) on the same rank in the later steps; ops with no later
+    counterpart (the start-up barrier) keep theirs."""
+    if skip_steps <= 0:
+        return graph
+    nodes = dict(graph.nodes)
+    for rank, rank_nodes in graph.nodes.items():
+        steady: dict[tuple, list[int]] = {}
+        for n in rank_nodes:
+            if n.is_comm and n.step >= skip_steps and n.duration_ns >= 0:
+                steady.setdefault(_signature(n), []).append(n.duration_ns)
+        medians = {k: int(statistics.median(v)) for k, v in steady.items()}
+        nodes[rank] = tuple(
+            dataclasses.replace(n, duration_ns=medians[_signature(n)])
+            if n.is_comm and n.step < skip_steps and _signature(n) in medians else n
+            for n in rank_nodes
+        )
+    return dataclasses.replace(graph, nodes=nodes)
+
+
+def typical_steps(nodes: Sequence[Node], skip_steps: int) -> tuple[Node, ...]:
+    """A rank's measured nodes with each node of the complete steps ``>= skip_steps`` taking the
+    median duration of the nodes at its position in those steps. Unchanged when those steps do
+    not all have the same node sequence (kind, op, group, peer, bytes), or when there are fewer
+    than three of them."""
+    done = {n.step for n in nodes if n.kind is NodeKind.MARK and n.mark == "step_end"}
+    by_step: dict[int, list[int]] = {}
+    for i, n in enumerate(nodes):
+        if n.step >= skip_steps and n.step in done:
+            by_step.setdefault(n.step, []).append(i)
+    steps = list(by_step.values())
+    if len(steps) < 3 or len({tuple(_signature(nodes[i]) for i in idx) for idx in steps}) != 1:
+        return tuple(nodes)
+    out = list(nodes)
+    for position in zip(*steps, strict=True):
+        median = int(statistics.median(nodes[i].duration_ns for i in position))
+        for i in position:
+            out[i] = dataclasses.replace(nodes[i], duration_ns=median)
+    return tuple(out)
+
+
+def fastest_of(takes: Sequence[Sequence[Node]]) -> tuple[Node, ...]:
+    """Several measurements of one rank (the same program): each node with its shortest duration
+    over the takes. Takes whose node sequence differs from the first one's are left out."""
+    first = takes[0]
+    shape = [_signature(n) for n in first]
+    same = [t for t in takes if [_signature(n) for n in t] == shape]
+    return tuple(dataclasses.replace(n, duration_ns=min(t[i].duration_ns for t in same))
+                 for i, n in enumerate(first))

@@ -1,4 +1,4 @@
-"""Run all W logical ranks of the job on K slots (context switching) and write RUN/graph/bare."""
+"""Run the job's logical ranks on K slots (context switching, rules, DP templates) and write RUN/graph/bare."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from prism.coordinator import CollectOptions, CollectProgress, collect_job
-from prism.core.config import load_job
+from prism.core.config import job_from_dict, job_to_dict, load_job
 
 from .report import print_run_table
 
@@ -24,15 +24,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bind", default="127.0.0.1:0",
                    help="address the coordinator listens on (0.0.0.0:PORT for workers on other nodes)")
     p.add_argument("--token", default="", help="shared secret every worker must present (multi-node)")
+    p.add_argument("--templates", choices=["none", "dp"], default=None,
+                   help="dp: run one DP replica, the manifest maps the others to it (default: the job's templates)")
+    p.add_argument("--comm-inputs", choices=["context_switch", "recorded", "rules"], default=None,
+                   help="where comm outputs come from (default: the job's comm_inputs.source)")
     p.add_argument("--json", action="store_true", help="print the collection figures as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     job = load_job(args.job)
+    if args.templates or args.comm_inputs:
+        data = job_to_dict(job)
+        if args.templates:
+            data["templates"] = args.templates
+        if args.comm_inputs:
+            data.setdefault("comm_inputs", {})["source"] = args.comm_inputs
+        job = job_from_dict(data, base_dir=job.base_dir, source=args.job)
     options = CollectOptions(slots=args.slots, timeout_s=args.timeout, bind=args.bind, token=args.token)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("ranks"),
                   TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=Console(stderr=True)) as bar:
-        task = bar.add_task(f"collect {job.name}", total=job.world_size, detail="")
+        total = job.world_size // job.parallelism.dp if job.templates == "dp" and job.parallelism else job.world_size
+        task = bar.add_task(f"collect {job.name}", total=total, detail="")
 
         def update(p: CollectProgress) -> None:
             bar.update(task, completed=p.ranks_finished,
@@ -42,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
     else:
-        print_run_table(result.graph, title=f"{job.name}: collected on {result.num_slots} slots, W={job.world_size}, "
-                                             f"{result.num_context_switches} context switches, {result.wall_s:.1f} s")
+        ran = (f", {result.num_ranks_run} ranks ran (DP templates)" if result.num_ranks_run < job.world_size else "")
+        ruled = f", {result.num_by_rule} ops by rule" if result.num_by_rule else ""
+        print_run_table(result.graph, title=f"{job.name}: collected on {result.num_slots} slots, W={job.world_size}"
+                                             f"{ran}, {result.num_context_switches} context switches{ruled}, "
+                                             f"{result.wall_s:.1f} s")
     return 0

@@ -8,12 +8,16 @@ import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from prism.core.ranks import parse_rank_ranges
 from prism.core.rundir import RunDir
+from prism.core.units import parse_bytes
 from prism.vrank_replayer import EmulateOptions
 from prism.vrank_replayer.emulate_report import emulate_and_report
+
+from . import EXIT_OOM
 
 HELP = "run some ranks for real, the rest as virtual ranks"
 
@@ -27,7 +31,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before the run is stopped")
     p.add_argument("--asap", action="store_true",
                    help="vranks answer as soon as they can, even when RUN/graph/timed exists (values only)")
+    p.add_argument("--memory-cap", type=parse_bytes, default=None, metavar="SIZE",
+                   help="per sandbox rank memory cap, e.g. 600000 or 2GiB (0: none; default: the job's "
+                        "memory_cap_bytes); a rank above it fails with torch.OutOfMemoryError, exit code 3")
+    p.add_argument("--profile", action="store_true",
+                   help="run the sandbox ranks under torch.profiler: RUN/emulations/<id>/profile/rank<R>.json")
     p.add_argument("--json", action="store_true", help="print report.json")
+
+
+def _oom_cell(row: dict) -> str:
+    oom = row["oom"]
+    if not oom:
+        return "stopped" if row.get("stopped") else "no"
+    return f"step {oom['step']}" + (f", +{oom['requested_bytes']} B" if oom["requested_bytes"] >= 0 else "")
 
 
 def _ms(x) -> str:
@@ -37,12 +53,14 @@ def _ms(x) -> str:
 def run(args: argparse.Namespace) -> int:
     world = RunDir(Path(args.run_dir)).load_job().world_size
     options = EmulateOptions(ranks=parse_rank_ranges(args.ranks, world), steps=args.steps,
-                             num_replayers=args.replayers, graph_kind=args.graph, timeout_s=args.timeout)
+                             num_replayers=args.replayers, graph_kind=args.graph, timeout_s=args.timeout,
+                             memory_cap_bytes=args.memory_cap, profile=args.profile)
     report = emulate_and_report(args.run_dir, options, use_timed=not args.asap)
     data = report.data
+    code = EXIT_OOM if "failed" in data else 0
     if args.json:
         print(json.dumps(data, indent=2))
-        return 0
+        return code
     table = Table(title=f"emulated W={world} with ranks {args.ranks} real, vranks {data['clock']} "
                         f"({data.get('wall_s', 0):.1f} s), first {data['skip_steps']} step(s) skipped",
                   title_justify="left")
@@ -54,9 +72,14 @@ def run(args: argparse.Namespace) -> int:
         err = f"{(mean - pred) / pred * 100:+.2f} %" if mean is not None and pred else "—"
         mem = row.get("peak_memory_bytes", -1)
         table.add_row(r, _ms(mean), _ms(row.get("p50_ms")), _ms(pred), err,
-                      f"{mem / 2**20:.2f} MiB" if mem >= 0 else "—", "yes" if row["oom"] else "no",
+                      f"{mem / 2**20:.2f} MiB" if mem >= 0 else "—", _oom_cell(row),
                       str(len(row.get("diverged_ops", []))), " ".join(f"{x:.6f}" for x in row.get("losses", [])))
     console = Console()
     console.print(table)
-    console.print(f"outputs: {report.out_dir} (report.json, timeline.json)")
-    return 0
+    for r, row in sorted(data["ranks"].items(), key=lambda kv: int(kv[0])):
+        if row["oom"]:
+            console.print(f"[bold red]rank {r} ran out of memory[/] at step {row['oom']['step']}: "
+                          f"{escape(row['oom']['message'])}", highlight=False)
+    extra = ", profile/" if "profile_dir" in data else ""
+    console.print(f"outputs: {report.out_dir} (report.json, timeline.json{extra})")
+    return code

@@ -9,9 +9,9 @@ import sys
 from rich.console import Console
 from rich.logging import RichHandler
 
-from prism.core.errors import PrismError, RankFailedError
+from prism.core.errors import PrismError, RankFailedError, RankOOMError
 
-from . import calibrate, collect, demo, emulate, export, record, simulate, validate, walk
+from . import EXIT_OOM, calibrate, collect, demo, emulate, export, record, simulate, validate, walk
 
 __all__ = ["main"]
 
@@ -37,6 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True)
     try:
         return int(args.handler(args) or 0)
+    except RankOOMError as e:
+        for o in e.ooms:
+            asked = f"tried to allocate {o.requested_bytes} B" if o.requested_bytes >= 0 else "allocation failed"
+            cap = f"cap {o.cap_bytes} B" if o.cap_bytes else "no cap"
+            err.print(f"[bold red]error:[/] rank {o.rank} ran out of memory at step {o.step}: {asked}, "
+                      f"{o.in_use_bytes} B in use, {cap}", highlight=False)
+        err.print(e.traceback_text.rstrip(), markup=False, highlight=False)
+        return EXIT_OOM
     except RankFailedError as e:
         err.print(f"[bold red]error:[/] rank {e.rank} failed")
         err.print(e.traceback_text.rstrip(), markup=False, highlight=False)

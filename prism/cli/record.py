@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from prism.core.config import load_job
+from prism.core.units import parse_bytes
 from prism.sandbox.recording import record_job
 
 from .progress import rank_progress
@@ -19,10 +21,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before the run is stopped")
     p.add_argument("--cuda-backend", choices=("nccl", "gloo"), default="nccl",
                    help="real backend for CUDA tensors (gloo lets several ranks share one GPU)")
+    p.add_argument("--memory-cap", type=parse_bytes, default=None, metavar="SIZE",
+                   help="per-rank memory cap, e.g. 600000 or 2GiB (0: none; default: the job's memory_cap_bytes); "
+                        "a rank above it fails with torch.OutOfMemoryError (exit code 3, RUN/failure.json)")
 
 
 def run(args: argparse.Namespace) -> int:
     job = load_job(args.job)
+    if args.memory_cap is not None:
+        job = dataclasses.replace(job, memory_cap_bytes=args.memory_cap)
     with rank_progress(f"record {job.name}", job.world_size) as progress:
         graph = record_job(job, args.out, timeout_s=args.timeout, cuda_backend=args.cuda_backend, on_progress=progress)
     print_run_table(graph, title=f"{job.name}: real run, W={job.world_size}")

@@ -6,10 +6,15 @@ processes with a :class:`~prism.core.supervise.Supervisor`: a rank that raises s
 with its traceback; a state where no rank can run but comm ops wait stops it with a report of
 every rank's pending op. On success RUN/graph/bare/ holds the graph and RUN/payloads/ the
 recorded values.
+
+With ``templates: dp`` only the template ranks (DP coordinate 0) run; ops whose members do not
+all run are decided by the comm-input rules (:mod:`.rules`), and the graph is written as
+templates plus the map that expands them into all W ranks (:mod:`prism.graph.templates`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import sys
@@ -26,7 +31,9 @@ from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
 from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec
 from prism.graph.io import write_graph
-from prism.graph.records import Graph
+from prism.graph.records import Graph, RankRecord, merge_groups
+from prism.graph.templates import build_template_map, dp_permutations, expand
+from prism.nccl_patches.algorithms import policy_from_env
 from prism.rpc import CoordinatorServer
 
 from .cuda_checkpoint import ContextSwitcher, make_switcher
@@ -34,6 +41,7 @@ from .payloads import PayloadPolicy, PayloadStore
 from .pruned_data import PrunedDataRecorder
 from .recorded import RecordedValues
 from .records import assemble_bare_graph, read_record
+from .rules import RuleSet
 from .state import RunState
 
 __all__ = ["CollectOptions", "CollectProgress", "CollectResult", "collect_job"]
@@ -66,6 +74,7 @@ class CollectProgress:
 @dataclass(frozen=True, slots=True)
 class CollectResult:
     graph: Graph
+    """Every rank's node list (a DP-templated collection comes back expanded)."""
     wall_s: float
     num_slots: int
     num_context_switches: int
@@ -75,11 +84,16 @@ class CollectResult:
     max_active: int
     swaps: dict
     payload_bytes: int
+    num_ranks_run: int = 0
+    """Ranks that ran (W, or one DP replica with templates)."""
+    num_by_rule: int = 0
+    """Comm ops (summed over ranks) whose outputs a rule or the filler decided."""
 
     def as_dict(self) -> dict:
         return {"wall_s": self.wall_s, "num_slots": self.num_slots, "num_context_switches": self.num_context_switches,
                 "num_grants": self.num_grants, "num_collectives": self.num_collectives, "num_p2p": self.num_p2p,
-                "max_active": self.max_active, "swaps": self.swaps, "payload_bytes": self.payload_bytes}
+                "max_active": self.max_active, "swaps": self.swaps, "payload_bytes": self.payload_bytes,
+                "num_ranks_run": self.num_ranks_run, "num_by_rule": self.num_by_rule}
 
 
 def _spec(job: JobConfig, rank: int, *, out_dir: Path, timeout_s: float, options: dict[str, str]) -> WorkerSpec:
@@ -95,6 +109,7 @@ def _spec(job: JobConfig, rank: int, *, out_dir: Path, timeout_s: float, options
         entrypoint=job.entrypoint if job.is_module else str(job.script_path), args=job.args,
         cwd=job.base_dir if job.is_module else str(job.script_path.parent), out_dir=str(out_dir),
         env=dict(job.env), cuda_backend="gloo", engine_options=options,
+        memory_cap_bytes=job.memory_cap_bytes, observe_other_groups=job.templates == "dp",
     )
 
 
@@ -116,10 +131,18 @@ def collect_job(job: JobConfig, run_dir: str | Path, options: CollectOptions | N
         if source.resolve() == run.root.resolve():
             raise PrismError(f"comm_inputs.run: {source} is the run being written; collect into another directory")
         recorded = RecordedValues(source)
-    pruned = (PrunedDataRecorder(run.root, parse_rank_ranges(job.values.ranks, job.world_size))
+    pruned = (PrunedDataRecorder(run.root, parse_rank_ranges(job.values.ranks, job.world_size),
+                                 tree_all_reduce=policy_from_env(job.env).tree_all_reduce)
               if job.values.ranks and job.values.record != "none" else None)
+    perms = _replicas(job)
+    ranks = tuple(r for r in range(job.world_size) if r == min(p[r] for p in perms)) if perms else None
+    rules = None
+    if job.comm_inputs.source == "rules" or perms:
+        rules = RuleSet(job.comm_inputs, base_dir=job.base_dir, world_size=job.world_size,
+                        small_max_bytes=job.values.small_max_bytes)
     state = RunState(job.world_size, num_slots, switcher=switcher, payloads=store,
-                     policy=PayloadPolicy.from_config(job.values, job.world_size), recorded=recorded, pruned=pruned)
+                     policy=PayloadPolicy.from_config(job.values, job.world_size), recorded=recorded, pruned=pruned,
+                     ranks=ranks, rules=rules, rules_first=job.comm_inputs.source == "rules")
     work = Path(tempfile.mkdtemp(prefix="prism-collect-"))
     server = CoordinatorServer(state, bind=options.bind, token=options.token, max_workers=job.world_size + 16)
     engine_options = {"address": options.address or server.address, "token": options.token}
@@ -141,7 +164,7 @@ def collect_job(job: JobConfig, run_dir: str | Path, options: CollectOptions | N
                 if err is not None:
                     raise err
                 if on_progress:
-                    on_progress(CollectProgress(state.num_finished(), job.world_size, state.stats.num_collectives,
+                    on_progress(CollectProgress(state.num_finished(), len(state.ranks), state.stats.num_collectives,
                                                 switcher.stats.num_swaps_out, time.monotonic() - started))
                 if time.monotonic() > deadline:
                     raise PrismError(f"collect timed out after {options.timeout_s:.0f} s\n"
@@ -151,22 +174,44 @@ def collect_job(job: JobConfig, run_dir: str | Path, options: CollectOptions | N
         state.stop("the run was stopped")
         server.stop()
     wall_s = time.monotonic() - started
-    records = [read_record(work, r) for r in range(job.world_size)]
+    records = [read_record(work, r) for r in state.ranks]
     store.write_index()
     if pruned is not None:
         pruned.close()
     meta = {"slots": str(num_slots), "num_context_switches": str(state.stats.num_context_switches),
             "switcher": switcher.kind, "comm_inputs": job.comm_inputs.source}
     graph = assemble_bare_graph(job, records, store=store, meta=meta)
+    if perms:
+        graph = _templated(graph, perms, records)
     write_graph(graph, run.graph_dir("bare"))
+    graph = expand(graph)
     shutil.rmtree(work, ignore_errors=True)
-    log.info("collected %d ranks of %s on %d slots in %.1f s", job.world_size, job.name, num_slots, wall_s)
+    log.info("collected %d of %d ranks of %s on %d slots in %.1f s", len(state.ranks), job.world_size, job.name,
+             num_slots, wall_s)
     return CollectResult(
         graph=graph, wall_s=wall_s, num_slots=num_slots, num_context_switches=state.stats.num_context_switches,
         num_grants=state.stats.num_grants, num_collectives=state.stats.num_collectives,
         num_p2p=state.stats.num_p2p, max_active=state.max_active, swaps=switcher.stats.as_dict(),
-        payload_bytes=store.num_bytes_written,
+        payload_bytes=store.num_bytes_written, num_ranks_run=len(state.ranks), num_by_rule=state.stats.num_by_rule,
     )
+
+
+def _replicas(job: JobConfig) -> list[tuple[int, ...]] | None:
+    """With ``templates: dp``: the permutation of the world per DP replica (see prism.graph.templates)."""
+    if job.templates != "dp":
+        return None
+    p = job.parallelism
+    assert p is not None  # checked when the job was loaded
+    return dp_permutations({"pp": p.pp, "dp": p.dp, "cp": p.cp, "tp": p.tp}, p.mesh)
+
+
+def _templated(graph: Graph, perms: list[tuple[int, ...]], records: list[RankRecord]) -> Graph:
+    used = {n.group_id for nodes in graph.nodes.values() for n in nodes if n.group_id}
+    template_groups = [g for gid, g in graph.groups.items() if gid in used]
+    known = list(merge_groups(records).values()) + [g for rec in records for g in rec.other_groups]
+    tmap, groups = build_template_map(perms, template_groups, known)
+    meta = {**graph.meta, "templates": "dp", "num_replicas": str(len(perms))}
+    return dataclasses.replace(graph, groups={**graph.groups, **groups}, templates=tmap, meta=meta)
 
 
 def _poll(sup: Supervisor, state: RunState) -> None:

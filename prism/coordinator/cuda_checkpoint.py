@@ -119,6 +119,8 @@ class ContextSwitcher:
     """Moves a rank's device state off (``swap_out``) and back onto (``swap_in``) its device."""
 
     kind = "none"
+    moves_device_memory = False
+    """Ranks hold device memory while they run: a finishing rank keeps its slot until it exits."""
 
     def __init__(self) -> None:
         self.stats = SwapStats()
@@ -159,6 +161,7 @@ class CudaSwitcher(ContextSwitcher):
     """GPU: checkpoint a released rank's CUDA state to host memory, restore it before it runs."""
 
     kind = "cuda-checkpoint"
+    moves_device_memory = True
 
     def __init__(self, api: CudaCheckpoint | None = None) -> None:
         super().__init__()

@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 
 
 class PrunedDataRecorder:
-    def __init__(self, run_dir: str | Path, values_ranks: Sequence[int]) -> None:
+    def __init__(self, run_dir: str | Path, values_ranks: Sequence[int], *, tree_all_reduce: bool = False) -> None:
         self.run_dir = Path(run_dir)
+        self.tree_all_reduce = tree_all_reduce
         self.ranks = tuple(sorted(values_ranks))
         self._wanted = set(self.ranks)
         self.num_records = 0
@@ -50,6 +51,7 @@ class PrunedDataRecorder:
             self.run_dir, h0.group_id, h0.seq, h0.op, h0.reduce_op, h0.group_ranks,
             inputs, self.ranks, root=h0.root, flat=h0.flat,
             in_splits_by_group_rank=[list(a.header.in_splits) for a in arrivals],
+            tree_all_reduce=self.tree_all_reduce,
         )
         self.num_records += 1
 

@@ -10,6 +10,11 @@ Every RPC of a rank worker lands here (through :class:`prism.rpc.CoordinatorServ
   *and* the scheduler grants it a slot again (swapped back in first).
 * ``finish``: the rank's program returned; its slot is free.
 
+With rules (``comm_inputs.source: rules``, :mod:`.rules`) an op is decided at submit from this
+rank's own inputs unless a rule says ``exact``; with DP templates only the template ranks run and
+an op whose members do not all run is decided by the rules as well (``exact`` falls back to the
+filler there).
+
 One lock guards everything; executor and payload writes run under it, which keeps the matching
 simple and is cheap next to the ranks' own compute.
 """
@@ -33,6 +38,7 @@ from .payloads import PayloadPolicy, PayloadStore, op_key
 from .pruned_data import PrunedDataRecorder
 from .recorded import RecordedValues
 from .report import describe_op, format_pending_report
+from .rules import EXACT, RuleSet
 from .scheduler import Candidate, pick_next, pending_counts
 
 __all__ = ["RankStatus", "RunState", "CollectStats"]
@@ -93,6 +99,8 @@ class CollectStats:
     """Slot releases by a rank that had to wait (each one a swap-out and, later, a swap-in)."""
     num_kept_slot: int = 0
     """Comm ops whose outputs were ready at fetch time, so the rank kept its slot."""
+    num_by_rule: int = 0
+    """Comm ops (per rank) whose outputs a rule or the filler decided."""
 
 
 class RunState:
@@ -101,24 +109,32 @@ class RunState:
     def __init__(self, world_size: int, num_slots: int, *, switcher: ContextSwitcher,
                  payloads: PayloadStore | None = None, policy: PayloadPolicy | None = None,
                  starvation_grants: int | None = None, recorded: RecordedValues | None = None,
-                 pruned: PrunedDataRecorder | None = None) -> None:
+                 pruned: PrunedDataRecorder | None = None, ranks: tuple[int, ...] | None = None,
+                 rules: RuleSet | None = None, rules_first: bool = False) -> None:
+        """``ranks``: the ranks that run (default: all; DP templates: one replica). ``rules``: decides
+        ops whose members do not all run, and every op when ``rules_first`` (source ``rules``)."""
         if num_slots < 1:
             raise PrismError(f"collect needs at least one slot, got {num_slots}")
         self.world_size = world_size
+        self.ranks = tuple(range(world_size)) if ranks is None else tuple(ranks)
+        self._running = frozenset(self.ranks)
+        self.rules = rules
+        self.rules_first = rules_first
         self.num_slots = num_slots
         self.switcher = switcher
         self.payloads = payloads
         self.policy = policy
-        self.starvation_grants = starvation_grants if starvation_grants is not None else 2 * world_size
+        self.starvation_grants = starvation_grants if starvation_grants is not None else 2 * len(self.ranks)
         self.stats = CollectStats()
         self.recorded = recorded
         self.pruned = pruned
         self._cond = threading.Condition()
-        self._ranks = {r: _Rank(r) for r in range(world_size)}
+        self._ranks = {r: _Rank(r) for r in self.ranks}
         self._free_slots = list(range(num_slots))
         self._instances: dict[tuple[str, int], _Instance] = {}
         self._sends: dict[tuple[int, int, str, int], Arrival] = {}
         self._recvs: dict[tuple[int, int, str, int], tuple[int, int]] = {}
+        self._recvs_by_rule: set[tuple[int, int, str, int]] = set()
         self._to_spawn: list[tuple[int, int]] = []
         self._grant_counter = 0
         self.error: PrismError | None = None
@@ -142,7 +158,7 @@ class RunState:
             return sum(1 for r in self._ranks.values() if r.status is RankStatus.FINISHED)
 
     def all_finished(self) -> bool:
-        return self.num_finished() == self.world_size
+        return self.num_finished() == len(self.ranks)
 
     # -- handler --------------------------------------------------------------------------------
     def register(self, rank: int, pid: int) -> int:
@@ -170,6 +186,10 @@ class RunState:
                 elif header.op == "send":
                     self._on_send(header, inputs)
                     op.outputs = []
+                elif (outputs := self._by_rule(header, inputs)) is not None:
+                    self.stats.num_by_rule += 1
+                    self._resolve(header.rank, header.op_index, outputs, Arrival(header, inputs),
+                                  "RECV" if header.op == "recv" else "COLLECTIVE")
                 elif header.op == "recv":
                     self._on_recv(header)
                 else:
@@ -222,7 +242,14 @@ class RunState:
 
     def finish(self, rank: int) -> None:
         with self._cond:
-            self._release(self._ranks[rank], RankStatus.EXITING)
+            info = self._ranks[rank]
+            if self.switcher.moves_device_memory:
+                # Its device memory stays until the process exits (its record is still being
+                # written): handing the slot on now would put K+1 ranks' memory on the device.
+                info.status = RankStatus.EXITING
+                self._cond.notify_all()
+                return
+            self._release(info, RankStatus.EXITING)
 
     # -- process events from the orchestrator ----------------------------------------------------
     def on_exit(self, rank: int) -> None:
@@ -254,7 +281,7 @@ class RunState:
     # -- internals (lock held) ----------------------------------------------------------------------
     def _check_rank(self, rank: int) -> None:
         if rank not in self._ranks:
-            raise ValueError(f"rank {rank} is outside 0-{self.world_size - 1}")
+            raise ValueError(f"rank {rank} does not run in this collection (ranks {format_rank_ranges(self.ranks)})")
 
     def _take(self, info: _Rank, op_index: int) -> tuple[int, list[torch.Tensor]]:
         op = info.ops.pop(op_index)
@@ -275,6 +302,25 @@ class RunState:
             info.slot = -1
         info.status = status
         self._schedule()
+
+    def _by_rule(self, h: CommHeader, inputs: list[torch.Tensor]) -> list[torch.Tensor] | None:
+        """Outputs decided by the rules, or None when the op goes to the executor (or P2P matching)."""
+        if self.rules is None:
+            return None
+        members = (h.peer, h.rank) if h.op == "recv" else h.group_ranks
+        complete = all(m in self._running for m in members)
+        if complete and not self.rules_first:
+            return None
+        outputs = self.rules.decide(h, inputs)
+        if outputs is EXACT:
+            if complete:
+                return None
+            outputs = self.rules.fill(h, inputs)
+        if h.op == "recv":  # the matching send, if it came or comes, is dropped
+            key = (h.peer, h.rank, h.group_id, h.seq)
+            if self._sends.pop(key, None) is None:
+                self._recvs_by_rule.add(key)
+        return outputs
 
     def _on_collective(self, h: CommHeader, inputs: list[torch.Tensor]) -> None:
         key = (h.group_id, h.seq)
@@ -304,6 +350,11 @@ class RunState:
         key = (h.rank, h.peer, h.group_id, h.seq)
         arrival = Arrival(h, inputs)
         self._keep_inputs(h, inputs, "SEND")
+        if h.peer not in self._running:  # a DP replica that does not run
+            return
+        if key in self._recvs_by_rule:
+            self._recvs_by_rule.discard(key)
+            return
         if key in self._recvs:
             rank, op_index = self._recvs.pop(key)
             self._match(arrival, rank, op_index)

@@ -19,8 +19,28 @@ import yaml
 
 from .errors import ConfigError
 
-__all__ = ["JobConfig", "Iterations", "Parallelism", "ValuesPolicy", "CommInputs", "load_job", "job_from_dict",
-           "job_to_dict"]
+__all__ = ["JobConfig", "Iterations", "Parallelism", "ValuesPolicy", "CommInputs", "CommRule", "load_job",
+           "job_from_dict", "job_to_dict", "MESH_DIMS", "COMM_OP_NAMES", "RULE_FILLS", "FILLERS", "CONTROL_FLOW_DTYPES",
+           "normalize_dtype"]
+
+MESH_DIMS = ("pp", "dp", "cp", "tp")
+"""The default mesh order (outermost first) of ``parallelism.mesh``: torchtitan's and the hybrid
+example's ``init_device_mesh(device, (pp, dp, tp))``; rank = ((pp*dp + dp)*cp + cp)*tp + tp."""
+COMM_OP_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather",
+                 "scatter", "barrier", "recv")
+"""What ``comm_inputs.rules[].op`` may name (a send has no output, so no rule applies to it)."""
+FILLERS = ("mirror", "zeros", "ones")
+"""Values of ``comm_inputs.filler``."""
+RULE_FILLS = (*FILLERS, "exact")
+"""Values of ``comm_inputs.rules[].fill``."""
+_DTYPE_ALIASES = {
+    "f32": "float32", "float": "float32", "f64": "float64", "double": "float64", "f16": "float16", "half": "float16",
+    "bf16": "bfloat16", "i64": "int64", "long": "int64", "i32": "int32", "int": "int32", "i16": "int16",
+    "short": "int16", "i8": "int8", "u8": "uint8", "bool": "bool", "float32": "float32", "float64": "float64",
+    "float16": "float16", "bfloat16": "bfloat16", "int64": "int64", "int32": "int32", "int16": "int16",
+    "int8": "int8", "uint8": "uint8",
+}
+CONTROL_FLOW_DTYPES = ("int64", "int32", "int16", "int8", "uint8", "bool")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -41,6 +61,9 @@ class Parallelism:
     ep: int = 1
     """Expert parallelism; experts are sharded inside the dp*tp ranks, so it does not multiply."""
     cp: int = 1
+    mesh: tuple[str, ...] = MESH_DIMS
+    """Order of the mesh dimensions, outermost first (a permutation of pp, dp, cp, tp): how ranks
+    map to coordinates, as in ``init_device_mesh(device, (pp, dp, tp))``. Used by DP templates."""
 
     @property
     def product(self) -> int:
@@ -61,15 +84,51 @@ class ValuesPolicy:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CommRule:
+    """One rule of ``comm_inputs.rules`` (docs/job-file.md): match keys (all given ones must
+    hold) and exactly one action (``value``, ``fill`` or ``hook``). The first matching rule wins."""
+
+    op: tuple[str, ...] = ()
+    """Op kinds (``all_to_all``, ``broadcast``, ...); empty: any."""
+    call_site: str = ""
+    """``fnmatch`` pattern of the op's call site ``file.py:line`` (``train.py:9*``); empty: any."""
+    dtype: tuple[str, ...] = ()
+    """Output dtypes (torch names; ``i64``/``f32``/``bf16`` are accepted); empty: any."""
+    group_size: int = 0
+    """Members of the op's group; 0: any."""
+    max_bytes: int = -1
+    """Only ops whose outputs (this rank's) are at most this many bytes; -1: any size."""
+    ranks: str = ""
+    """Rank ranges (``0-3,8``) the rule applies to; empty: every rank."""
+    value: float | int | bool | list | None = None
+    """Action: every output tensor is this number, or this (nested) list broadcast to its shape."""
+    fill: str = ""
+    """Action: ``mirror``, ``zeros``, ``ones`` (filler kinds) or ``exact`` (the CPU executor computes the real
+    output from every member's inputs: the ranks wait for each other, i.e. context switches)."""
+    hook: str = ""
+    """Action: ``file.py:function`` (relative to the job file) or ``package.module:function``, called with
+    the op's description and this rank's input tensors; returns the output tensor(s), or None for the filler."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CommInputs:
     """Where ``prism collect`` takes the values of comm ops from (paper §5.2)."""
 
     source: str = "context_switch"
     """``context_switch``: run all ranks on the slots, values from the CPU collective executor.
     ``recorded``: every rank runs alone, in rounds of ``slots``, and each comm op returns the output
-    recorded by an earlier collection (``run``, collected with ``values.ranks`` covering every rank)."""
+    recorded by an earlier collection (``run``, collected with ``values.ranks`` covering every rank).
+    ``rules``: every rank runs alone; outputs come from ``rules`` (first match), else from ``filler``."""
     run: str = ""
     """``recorded``: the earlier run directory (relative paths resolve against the job file)."""
+    rules: tuple[CommRule, ...] = ()
+    """``rules`` (and, with DP templates, ops whose group spans DP replicas): user rules, tried in order."""
+    control_flow: str = "exact"
+    """A built-in last rule for integer/bool ops of at most ``values.small_max_bytes`` per rank (split sizes,
+    token ids, status and NaN flags): ``exact`` (the CPU executor, faithful) or ``filler``."""
+    filler: str = "mirror"
+    """Outputs of ops no rule decides: ``mirror`` (what the op would return if every member had handed in this
+    rank's inputs: all-reduce sum n*x, avg x, all-gather n copies, ...), ``zeros`` or ``ones``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -97,6 +156,13 @@ class JobConfig:
     """Payload recording policy of ``prism collect``."""
     comm_inputs: CommInputs = field(default_factory=CommInputs)
     """Value source of ``prism collect``."""
+    templates: str = "none"
+    """``dp``: ranks that differ only in their DP coordinate share one template; ``prism collect`` runs one
+    DP replica (needs ``parallelism`` with dp > 1). ``none``: every rank runs."""
+    memory_cap_bytes: int = 0
+    """Per-rank memory cap (0: none) applied by ``prism record`` and ``prism emulate``: a rank whose
+    memory would exceed it fails with ``torch.OutOfMemoryError`` (CPU: the tracked storage bytes;
+    CUDA: the caching allocator, ``torch.cuda.set_per_process_memory_fraction``)."""
     base_dir: str = "."
     """Directory the job file was loaded from (not a YAML key): relative paths resolve here."""
 
@@ -118,11 +184,28 @@ class JobConfig:
 _NOT_KEYS = {"base_dir"}
 
 
+_RULE_VALUE = float | int | bool | list | None
+_STR_OR_LIST = {"op", "dtype", "mesh"}
+"""Keys that take one name or a list of names."""
+
+
+def _rule_value(value: Any, key: str) -> Any:
+    if isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, list) and value:
+        for i, v in enumerate(value):
+            _rule_value(v, f"{key}[{i}]")
+        return value
+    raise ConfigError(key, f"expected a number or a non-empty (nested) list of numbers, got {value!r}")
+
+
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
 def _convert(value: Any, tp: Any, key: str) -> Any:
+    if tp == _RULE_VALUE:
+        return None if value is None else _rule_value(value, key)
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -134,6 +217,15 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
         return _build(tp, value, key)
+    if origin is tuple and dataclasses.is_dataclass(typing.get_args(tp)[0]):
+        if not isinstance(value, list):
+            raise ConfigError(key, f"expected a list of mappings, got {type(value).__name__}")
+        return tuple(_convert(v, typing.get_args(tp)[0], f"{key}[{i}]") for i, v in enumerate(value))
+    if origin is tuple and key.rsplit(".", 1)[-1] in _STR_OR_LIST:
+        value = [value] if isinstance(value, str) else value
+        if not isinstance(value, list) or not value:
+            raise ConfigError(key, f"expected a name or a non-empty list of names, got {value!r}")
+        return tuple(_convert(v, str, f"{key}[{i}]") for i, v in enumerate(value))
     if origin is tuple:
         if isinstance(value, str):
             raise ConfigError(key, "expected a list of strings, got a string (write [a, b])")
@@ -189,6 +281,7 @@ def _check(job: JobConfig) -> None:
     _positive("world_size", job.world_size)
     _positive("ranks_per_node", job.ranks_per_node)
     _positive("slots", job.slots)
+    _positive("memory_cap_bytes", job.memory_cap_bytes, allow_zero=True)
     _positive("iterations.warmup", job.iterations.warmup, allow_zero=True)
     _positive("iterations.measured", job.iterations.measured)
     if job.device not in ("cpu", "cuda"):
@@ -217,14 +310,80 @@ def _check(job: JobConfig) -> None:
             raise
         except ValueError as e:
             raise ConfigError("values.ranks", str(e)) from e
-    if job.comm_inputs.source not in ("context_switch", "recorded"):
-        raise ConfigError("comm_inputs.source",
-                          f"must be 'context_switch' or 'recorded', got {job.comm_inputs.source!r}")
-    if job.comm_inputs.source == "recorded" and not job.comm_inputs.run:
-        raise ConfigError("comm_inputs.run", "comm_inputs.source 'recorded' needs the run directory to read")
+    _check_comm_inputs(job)
+    _check_templates(job)
     if not job.is_module and not job.script_path.is_file():
         raise ConfigError("entrypoint", f"script not found: {job.script_path}")
     assert math.isfinite(job.world_size)
+
+
+def _check_comm_inputs(job: JobConfig) -> None:
+    ci = job.comm_inputs
+    if ci.source not in ("context_switch", "recorded", "rules"):
+        raise ConfigError("comm_inputs.source",
+                          f"must be 'context_switch', 'recorded' or 'rules', got {ci.source!r}")
+    if ci.source == "recorded" and not ci.run:
+        raise ConfigError("comm_inputs.run", "comm_inputs.source 'recorded' needs the run directory to read")
+    if ci.control_flow not in ("exact", "filler"):
+        raise ConfigError("comm_inputs.control_flow", f"must be 'exact' or 'filler', got {ci.control_flow!r}")
+    if ci.filler not in FILLERS:
+        raise ConfigError("comm_inputs.filler", f"must be one of {', '.join(FILLERS)}, got {ci.filler!r}")
+    for i, rule in enumerate(ci.rules):
+        _check_rule(rule, f"comm_inputs.rules[{i}]", job)
+
+
+def normalize_dtype(name: str) -> str | None:
+    """The torch name of a dtype as users write it (``i64`` -> ``int64``), or None."""
+    return _DTYPE_ALIASES.get(name.removeprefix("torch."))
+
+
+def _check_rule(rule: CommRule, key: str, job: JobConfig) -> None:
+    for op in rule.op:
+        if op not in COMM_OP_NAMES:
+            hint = " (a send has no output; write a rule for the recv)" if op == "send" else ""
+            raise ConfigError(f"{key}.op", f"unknown op {op!r}{hint} (known: {', '.join(COMM_OP_NAMES)})")
+    for dt in rule.dtype:
+        if normalize_dtype(dt) is None:
+            raise ConfigError(f"{key}.dtype", f"unknown dtype {dt!r} (e.g. int64, float32, bfloat16, bool)")
+    if rule.group_size < 0:
+        raise ConfigError(f"{key}.group_size", f"must be >= 0, got {rule.group_size}")
+    if rule.max_bytes < -1:
+        raise ConfigError(f"{key}.max_bytes", f"must be >= 0 (or -1: any size), got {rule.max_bytes}")
+    if rule.ranks:
+        from .ranks import parse_rank_ranges
+
+        try:
+            parse_rank_ranges(rule.ranks, job.world_size)
+        except ValueError as e:
+            raise ConfigError(f"{key}.ranks", str(e)) from e
+    actions = [name for name in ("value", "fill", "hook") if getattr(rule, name) not in (None, "")]
+    if len(actions) != 1:
+        raise ConfigError(key, "needs exactly one action: value, fill or hook"
+                          + (f" (got {', '.join(actions)})" if actions else ""))
+    if rule.fill and rule.fill not in RULE_FILLS:
+        raise ConfigError(f"{key}.fill", f"must be one of {', '.join(RULE_FILLS)}, got {rule.fill!r}")
+    if rule.fill == "exact" and rule.ranks:
+        raise ConfigError(f"{key}.ranks", "an 'exact' rule must hold for every member of an op (the members "
+                          "wait for each other); drop ranks")
+    if rule.hook:
+        where, sep, func = rule.hook.rpartition(":")
+        if not sep or not where or not func.isidentifier():
+            raise ConfigError(f"{key}.hook", f"expected 'file.py:function' or 'package.module:function', "
+                              f"got {rule.hook!r}")
+        if where.endswith(".py") and not (Path(job.base_dir) / where).is_file():
+            raise ConfigError(f"{key}.hook", f"file not found: {Path(job.base_dir) / where}")
+
+
+def _check_templates(job: JobConfig) -> None:
+    if job.parallelism is not None and sorted(job.parallelism.mesh) != sorted(MESH_DIMS):
+        raise ConfigError("parallelism.mesh", f"must order all of {', '.join(MESH_DIMS)} (outermost first), "
+                          f"got {list(job.parallelism.mesh)}")
+    if job.templates not in ("none", "dp"):
+        raise ConfigError("templates", f"must be 'none' or 'dp', got {job.templates!r}")
+    if job.templates == "dp" and (job.parallelism is None or job.parallelism.dp < 2):
+        raise ConfigError("templates", "'dp' needs parallelism.dp > 1 (the DP replicas that share templates)")
+    if job.templates == "dp" and job.values.ranks:
+        raise ConfigError("values.ranks", "full values are not collected with templates: dp (one DP replica runs)")
 
 
 def job_from_dict(data: Any, *, base_dir: str | os.PathLike[str] = ".", source: str | None = None) -> JobConfig:
@@ -259,9 +418,28 @@ def job_to_dict(job: JobConfig) -> dict[str, Any]:
     out = dataclasses.asdict(job)
     out.pop("base_dir")
     out["args"] = list(job.args)
+    if not job.memory_cap_bytes:
+        out.pop("memory_cap_bytes")
     if job.parallelism is None:
         out.pop("parallelism")
+    else:
+        out["parallelism"]["mesh"] = list(job.parallelism.mesh)
     for key, default in (("values", ValuesPolicy()), ("comm_inputs", CommInputs())):
         if getattr(job, key) == default:
             out.pop(key)
+    if "comm_inputs" in out:
+        # Paths become absolute: the frozen copy in RUN/job.yaml lives elsewhere.
+        rules = []
+        for r in job.comm_inputs.rules:
+            rule = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(r).items()
+                    if v != getattr(CommRule(), k)}
+            where, _, func = r.hook.rpartition(":")
+            if where.endswith(".py"):
+                rule["hook"] = f"{(Path(job.base_dir) / where).resolve()}:{func}"
+            rules.append(rule)
+        out["comm_inputs"]["rules"] = rules
+        if job.comm_inputs.run:
+            out["comm_inputs"]["run"] = str((Path(job.base_dir) / job.comm_inputs.run).resolve())
+    if job.templates == "none":
+        out.pop("templates")
     return out

@@ -8,6 +8,7 @@ __all__ = [
     "RunDirError",
     "GraphError",
     "RankFailedError",
+    "RankOOMError",
     "MismatchError",
 ]
 
@@ -43,6 +44,20 @@ class RankFailedError(PrismError):
         self.exit_code = exit_code
         detail = traceback_text.rstrip() or f"exited with code {exit_code}"
         super().__init__(f"rank {rank} failed:\n{detail}")
+
+
+class RankOOMError(RankFailedError):
+    """A rank ran out of memory (a device OOM, or the job's ``memory_cap_bytes``). ``rank`` is the
+    first such rank; ``ooms`` holds every rank's ``OomReport`` (``prism.core.workerspec``)."""
+
+    def __init__(self, rank: int, traceback_text: str, *, ooms: tuple = (), exit_code: int | None = None) -> None:
+        super().__init__(rank, traceback_text, exit_code=exit_code)
+        self.ooms = ooms
+
+    @property
+    def oom(self):
+        """The OomReport of ``rank``."""
+        return next(o for o in self.ooms if o.rank == self.rank)
 
 
 class MismatchError(PrismError):

@@ -11,7 +11,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ShimConfig", "WorkerSpec", "record_path", "error_path", "physical_slot", "WORKER_MODULE"]
+from .errors import RankFailedError, RankOOMError
+
+__all__ = ["ShimConfig", "WorkerSpec", "OomReport", "record_path", "error_path", "oom_path", "read_ooms",
+           "with_ooms", "physical_slot", "WORKER_MODULE"]
 
 WORKER_MODULE = "prism.sandbox.worker"
 
@@ -48,6 +51,14 @@ class WorkerSpec:
     cuda_backend: str = "nccl"
     engine_options: dict[str, str] = field(default_factory=dict)
     """Engine-specific settings (e.g. the coordinator's address)."""
+    memory_cap_bytes: int = 0
+    """Per-rank memory cap (0: none): CPU tracked storage bytes, or the CUDA caching allocator's limit."""
+    profile_dir: str = ""
+    """If set, the script runs under ``torch.profiler`` and its Chrome trace goes to
+    ``<profile_dir>/rank<R>.json``."""
+    observe_other_groups: bool = False
+    """Record the groups this rank is not a member of too (DP templates rename groups with them;
+    at W=65,536 a 3-D mesh makes ~65k of them, so only collections with templates ask)."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -66,6 +77,54 @@ def record_path(out_dir: str | Path, rank: int) -> Path:
 
 def error_path(out_dir: str | Path, rank: int) -> Path:
     return Path(out_dir) / f"rank-{rank:05d}.error"
+
+
+def oom_path(out_dir: str | Path, rank: int) -> Path:
+    return Path(out_dir) / f"rank-{rank:05d}.oom.json"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OomReport:
+    """A rank that ran out of memory (written by the worker beside its error file)."""
+
+    rank: int
+    step: int
+    """The iteration it was in (0-based; the steps it finished before the failure)."""
+    requested_bytes: int
+    """The allocation that failed (-1: unknown)."""
+    cap_bytes: int
+    """The cap in force (0: none, the device itself ran out)."""
+    in_use_bytes: int
+    """Bytes in use when it failed: tracked storages (CPU) or ``cuda.memory_allocated`` (-1: unknown)."""
+    device: str
+    message: str
+    """The exception's text (``torch.OutOfMemoryError``)."""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @staticmethod
+    def from_json(text: str) -> OomReport:
+        return OomReport(**json.loads(text))
+
+
+def read_ooms(out_dir: str | Path) -> list[OomReport]:
+    """Every OOM report the workers of ``out_dir`` left, in rank order."""
+    return [OomReport.from_json(p.read_text()) for p in sorted(Path(out_dir).glob("rank-*.oom.json"))]
+
+
+def with_ooms(error: RankFailedError, out_dir: str | Path) -> RankFailedError:
+    """``error`` as a :class:`RankOOMError` when workers of ``out_dir`` ran out of memory (the first
+    process to fail may be a peer that lost its connection to the rank that ran out)."""
+    ooms = read_ooms(out_dir)
+    if not ooms or isinstance(error, RankOOMError):
+        return error
+    first = next((o for o in ooms if o.rank == error.rank), ooms[0])
+    text = error.traceback_text
+    if first.rank != error.rank:
+        err = error_path(out_dir, first.rank)
+        text = err.read_text() if err.is_file() else first.message
+    return RankOOMError(first.rank, text, ooms=tuple(ooms), exit_code=error.exit_code)
 
 
 def physical_slot(device: str, rank: int, ranks_per_node: int) -> int:

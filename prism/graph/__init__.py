@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prism.graph.io import SCHEMA_VERSION, read_graph, write_graph
 from prism.graph.nxview import instance_id, to_networkx
-from prism.graph.records import COMM_KINDS, CommOp, Graph, GroupInfo, Node, NodeKind, RankSummary
+from prism.graph.records import COMM_KINDS, CommOp, Graph, GroupInfo, Node, NodeKind, RankSummary, TemplateMap
 from prism.graph.simulate import (
     RankTimeline,
     SimResult,
@@ -18,6 +18,7 @@ from prism.graph.simulate import (
     simulate,
     timed_graph,
 )
+from prism.graph.templates import build_template_map, dp_permutations, expand
 from prism.graph.text import format_graph, format_node, parse_graph, parse_node
 from prism.graph.validate import Violation, check, validate
 
@@ -30,6 +31,11 @@ __all__ = [
     "RankSummary",
     "Graph",
     "COMM_KINDS",
+    "TemplateMap",
+    # DP templates
+    "dp_permutations",
+    "build_template_map",
+    "expand",
     # text form
     "format_node",
     "parse_node",

@@ -8,6 +8,11 @@ Layout::
 The manifest carries the sha256 of every rank file's bytes; every file carries the schema version.
 A write is atomic (the directory appears whole or not at all); a read checks versions and
 checksums and names the offending file in a RunDirError.
+
+DP templates (``prism.graph.templates``): a templated graph stores rank files for the template
+ranks only, plus ``Manifest.templates`` (rank -> template, per replica the rank and group
+renaming). :func:`read_graph` expands it, so every reader sees one node list per rank;
+``read_graph(..., expand=False)`` returns the stored form.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from google.protobuf.message import DecodeError
 from prism.core.atomic import atomic_directory
 from prism.core.errors import RunDirError
 from prism.graph._pb import prism_trace_pb2 as pb
-from prism.graph.records import CommOp, GroupInfo, Graph, Node, NodeKind, RankSummary
+from prism.graph.records import CommOp, GroupInfo, Graph, Node, NodeKind, RankSummary, TemplateMap
+from prism.graph.templates import expand as expand_templates
 
 __all__ = ["SCHEMA_VERSION", "MANIFEST_NAME", "rank_file_name", "write_graph", "read_graph"]
 
@@ -108,8 +114,12 @@ def write_graph(graph: Graph, directory: str | os.PathLike[str]) -> Path:
     )
     for g in graph.groups.values():
         manifest.groups.add(group_id=g.group_id, ranks=g.ranks, desc=g.desc)
+    ranks = sorted(graph.nodes)
+    if graph.templates is not None:
+        _templates_to_pb(graph.templates, manifest.templates)
+        ranks = [r for r in ranks if graph.templates.template_of[r] == r]
     with atomic_directory(target) as tmp:
-        for rank in sorted(graph.nodes):
+        for rank in ranks:
             nodes = graph.nodes[rank]
             rank_file = pb.RankFile(schema_version=SCHEMA_VERSION, rank=rank)
             rank_file.nodes.extend(_node_to_pb(n) for n in nodes)
@@ -130,6 +140,30 @@ def write_graph(graph: Graph, directory: str | os.PathLike[str]) -> Path:
                 os.fsync(fh.fileno())
     log.debug("wrote graph (%d ranks) to %s", len(graph.nodes), target)
     return target
+
+
+def _templates_to_pb(t: TemplateMap, m: pb.Templates) -> None:
+    m.kind = t.kind
+    m.template_of.extend(t.template_of)
+    m.replica_of.extend(t.replica_of)
+    for perm, groups in zip(t.rank_maps, t.group_maps, strict=True):
+        replica = m.replicas.add(rank_map=perm)
+        replica.group_map.update(groups)
+
+
+def _templates_from_pb(m: pb.Templates, world_size: int, path: Path) -> TemplateMap:
+    t = TemplateMap(template_of=tuple(m.template_of), replica_of=tuple(m.replica_of),
+                    rank_maps=tuple(tuple(r.rank_map) for r in m.replicas),
+                    group_maps=tuple(dict(r.group_map) for r in m.replicas), kind=m.kind)
+    if len(t.template_of) != world_size or len(t.replica_of) != world_size or not t.rank_maps or any(
+            sorted(perm) != list(range(world_size)) for perm in t.rank_maps):
+        raise RunDirError(f"{path}: the template map does not cover the {world_size} ranks")
+    for rank in range(world_size):
+        d, tr = t.replica_of[rank], t.template_of[rank]
+        if not 0 <= d < t.num_replicas or t.rank_maps[d][tr] != rank:
+            raise RunDirError(f"{path}: the template map sends rank {rank} to template {tr} of replica {d}, "
+                              "but that replica's rank map disagrees")
+    return t
 
 
 # --- messages -> records -------------------------------------------------------------------------
@@ -197,8 +231,11 @@ def _check_version(version: int, path: Path) -> None:
         )
 
 
-def read_graph(directory: str | os.PathLike[str]) -> Graph:
-    """Read a graph written by :func:`write_graph`, verifying versions and checksums."""
+def read_graph(directory: str | os.PathLike[str], *, expand: bool = True) -> Graph:
+    """Read a graph written by :func:`write_graph`, verifying versions and checksums.
+
+    A DP-templated graph comes back expanded into every rank's node list (``expand=False``: as
+    stored, template ranks only, with ``Graph.templates``)."""
     root = Path(directory)
     if not root.is_dir():
         raise RunDirError(f"{root}: graph directory does not exist")
@@ -234,7 +271,12 @@ def read_graph(directory: str | os.PathLike[str]) -> Graph:
     groups = {
         g.group_id: GroupInfo(g.group_id, tuple(g.ranks), g.desc) for g in manifest.groups
     }
-    return Graph(
+    templates = (_templates_from_pb(manifest.templates, manifest.world_size, manifest_path)
+                 if manifest.HasField("templates") else None)
+    if templates is not None and sorted(nodes) != list(templates.template_ranks):
+        raise RunDirError(f"{manifest_path}: holds rank files {sorted(nodes)}, the template map names template "
+                          f"ranks {list(templates.template_ranks)}")
+    graph = Graph(
         world_size=manifest.world_size,
         nodes=nodes,
         groups=groups,
@@ -242,4 +284,6 @@ def read_graph(directory: str | os.PathLike[str]) -> Graph:
         kind=manifest.kind,
         job_name=manifest.job_name,
         meta=dict(manifest.meta),
+        templates=templates,
     )
+    return expand_templates(graph) if expand else graph

@@ -23,6 +23,7 @@ __all__ = [
     "GroupInfo",
     "RankSummary",
     "Graph",
+    "TemplateMap",
     "RankRecord",
     "merge_groups",
     "COMM_KINDS",
@@ -153,8 +154,36 @@ class RankSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class TemplateMap:
+    """DP templates (DESIGN §5): rank r runs template rank ``template_of[r]``'s program, renamed.
+
+    Replica d renames ranks with the permutation ``rank_maps[d]`` (``rank_maps[d][x]`` plays x's
+    role in replica d) and groups with ``group_maps[d]`` (template group id -> its group id).
+    Replica 0 is the one that ran: identity maps. :func:`prism.graph.templates.expand` applies it.
+    """
+
+    template_of: tuple[int, ...]
+    replica_of: tuple[int, ...]
+    rank_maps: tuple[tuple[int, ...], ...]
+    group_maps: tuple[dict[str, str], ...]
+    kind: str = "dp"
+
+    @property
+    def num_replicas(self) -> int:
+        return len(self.rank_maps)
+
+    @property
+    def template_ranks(self) -> tuple[int, ...]:
+        return tuple(r for r, t in enumerate(self.template_of) if r == t)
+
+
+@dataclass(frozen=True, slots=True)
 class Graph:
-    """A whole execution graph. ``nodes[r]`` is rank r's node list."""
+    """A whole execution graph. ``nodes[r]`` is rank r's node list.
+
+    With ``templates`` set, ``nodes`` holds only the template ranks (the on-disk form of a DP-templated
+    collection); ``prism.graph.io.read_graph`` returns it expanded (every rank, ``templates`` None).
+    """
 
     world_size: int
     nodes: dict[int, tuple[Node, ...]]
@@ -164,6 +193,7 @@ class Graph:
     """real (recorded from a real run), bare (collected), timed (calibrated)."""
     job_name: str = ""
     meta: dict[str, str] = field(default_factory=dict)
+    templates: TemplateMap | None = None
 
     def comm_nodes(self, rank: int) -> list[Node]:
         return [n for n in self.nodes[rank] if n.is_comm]
@@ -182,6 +212,9 @@ class RankRecord:
     summary: RankSummary
     engine: str
     clock_origin_ns: int = 0
+    other_groups: list[GroupInfo] = field(default_factory=list)
+    """Groups created while this rank was not a member (c10d names them on every rank): what DP
+    templates need to rename a template's groups into another replica's."""
 
 
 def merge_groups(records) -> dict[str, GroupInfo]:

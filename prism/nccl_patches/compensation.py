@@ -197,6 +197,45 @@ class RecordedCollective:
         if self.algo.reduces and self.reduce_op not in REDUCE_OPS:
             raise PrismError(f"{self.algo.value}: unknown reduce op {self.reduce_op!r}")
 
+    def restrict(self, sandbox_group_ranks: Sequence[int]) -> RecordedCollective:
+        """The record of a subset of this record's sandbox set, computed from this record alone
+        (no other rank's input is needed): equal, bit for bit, to what :func:`record_for_sandbox`
+        gives for the subset. So data collected for ranks 0-7 serves an emulation of ranks 2,5.
+
+        The subset's ring blocks start at ranks whose predecessor is either a sandbox rank of this
+        record (its recorded prefix is rebuilt from the recorded inputs) or the vrank before one of
+        this record's blocks (its entry partial is stored); a tree child outside the subset is a
+        sandbox rank here (its subtree is rebuilt) or a stored vrank child."""
+        subset = tuple(sorted(set(sandbox_group_ranks)))
+        if not subset or not set(subset) <= set(self.sandbox):
+            raise PrismError(f"{self.algo.value}: cannot restrict the record of group ranks {list(self.sandbox)} "
+                             f"to {list(subset)} (not a non-empty subset)")
+        if subset == self.sandbox:
+            return self
+
+        def pick(m: Mapping) -> dict:
+            return {s: v for s, v in m.items() if s in subset}
+
+        kw: dict = {"inputs": pick(self.inputs), "outputs": pick(self.outputs), "premul": pick(self.premul),
+                    "in_splits": pick(self.in_splits), "out_splits": pick(self.out_splits)}
+        values = RecordedValues(self)
+        n = self.group_size
+        if self.algo in (Algo.RING_ALL_REDUCE, Algo.RING_REDUCE_SCATTER):
+            entries = {}
+            for block in ring_blocks(n, subset):
+                b = block[0]
+                entry = torch.zeros_like(next(iter(self.inputs.values())))
+                for c, (lo, hi) in enumerate(values.bounds):
+                    if hi > lo and ring_order(c, n).index(b) > 0:
+                        entry[lo:hi] = values.ring_partial((b - 1) % n, c)
+                entries[b] = entry
+            kw["entry_partials"] = entries
+        elif self.algo is Algo.TREE_ALL_REDUCE:
+            kw["subtree_partials"] = {c: values.tree_partial(c) for s in subset for c in tree_children(s, n)
+                                      if c not in subset}
+        return RecordedCollective(self.algo, n, subset, reduce_op=self.reduce_op, root=self.root, peer=self.peer,
+                                  row_numel=self.row_numel, **kw)
+
 
 def _premultiplied(flat: torch.Tensor, op: str, factor: float | None) -> torch.Tensor:
     return flat * factor if op == "premul_sum" else flat

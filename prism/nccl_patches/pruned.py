@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +37,7 @@ __all__ = [
     "run_sandbox_side",
     "run_neighbor_side",
     "run_party",
+    "start_party",
     "run_in_process",
     "neighbor_ranks",
 ]
@@ -70,6 +71,49 @@ def _by_step(steps: Sequence[Step]) -> Iterable[tuple[int, list[Step]]]:
         yield t, list(group)
 
 
+def start_party(
+    party: Party, transport: Transport, n: int, *, tag_base: int = 0, timeout_s: float = 120.0
+) -> Callable[[], dict[tuple[int, int], LinkTraffic]]:
+    """Post the party's first-step sends now; the returned function drives the rest and returns
+    the traffic (``run_party`` is ``start_party(...)()``). A message of the first step depends on
+    nothing received, so posting it early changes nothing but when it leaves: a vrank's send goes
+    out on the thread that decided it is due, and another thread may wait for it."""
+    timeout = datetime.timedelta(seconds=timeout_s)
+    before = transport.traffic()
+    groups = [steps for _, steps in _by_step(party.steps)]
+    first_sends = _post_sends(party, transport, n, groups[0], tag_base) if groups else []
+
+    def finish() -> dict[tuple[int, int], LinkTraffic]:
+        for k, steps in enumerate(groups):
+            sends = first_sends if k == 0 else _post_sends(party, transport, n, steps, tag_base)
+            recvs = []
+            for st in steps:
+                if st.dst in party.hosted:
+                    buf = torch.empty(st.numel, dtype=party.dtype, device=party.device)
+                    recvs.append((st, buf, transport.recv(buf, st.src, st.dst, tag_base + st.tag(n))))
+            for st, buf, work in recvs:
+                if not work.wait(timeout):
+                    raise PrismError(f"pruned collective: step {st} timed out after {timeout_s}s")
+                party.incoming(st, buf)
+            for work in sends:
+                work.wait(timeout)
+        after = transport.traffic()
+        return {k: v for k, v in ((k, _minus(v, before.get(k))) for k, v in after.items()) if v.num_steps}
+
+    return finish
+
+
+def _post_sends(party: Party, transport: Transport, n: int, steps: list[Step], tag_base: int) -> list:
+    sends = []
+    for st in steps:
+        if st.src in party.hosted:
+            assert st.dst not in party.hosted, f"step {st} would stay inside one endpoint"
+            value = party.outgoing(st).contiguous()
+            assert value.numel() == st.numel and value.dtype == party.dtype, f"step {st}: {value.numel()} {value.dtype}"
+            sends.append(transport.send(value, st.src, st.dst, tag_base + st.tag(n)))
+    return sends
+
+
 def run_party(
     party: Party, transport: Transport, n: int, *, tag_base: int = 0, timeout_s: float = 120.0
 ) -> dict[tuple[int, int], LinkTraffic]:
@@ -77,29 +121,7 @@ def run_party(
 
     Message tags are ``tag_base + step.tag(n)`` (below ``2·n²``): collectives that may overlap on
     one transport need disjoint ranges (e.g. ``tag_base = (seq % 1024) * 2 * n * n``)."""
-    timeout = datetime.timedelta(seconds=timeout_s)
-    before = transport.traffic()
-    for _, steps in _by_step(party.steps):
-        sends = []
-        for st in steps:
-            if st.src in party.hosted:
-                assert st.dst not in party.hosted, f"step {st} would stay inside one endpoint"
-                value = party.outgoing(st).contiguous()
-                assert value.numel() == st.numel and value.dtype == party.dtype, f"step {st}: {value.numel()} {value.dtype}"
-                sends.append(transport.send(value, st.src, st.dst, tag_base + st.tag(n)))
-        recvs = []
-        for st in steps:
-            if st.dst in party.hosted:
-                buf = torch.empty(st.numel, dtype=party.dtype, device=party.device)
-                recvs.append((st, buf, transport.recv(buf, st.src, st.dst, tag_base + st.tag(n))))
-        for st, buf, work in recvs:
-            if not work.wait(timeout):
-                raise PrismError(f"pruned collective: step {st} timed out after {timeout_s}s")
-            party.incoming(st, buf)
-        for work in sends:
-            work.wait(timeout)
-    after = transport.traffic()
-    return {k: v for k, v in ((k, _minus(v, before.get(k))) for k, v in after.items()) if v.num_steps}
+    return start_party(party, transport, n, tag_base=tag_base, timeout_s=timeout_s)()
 
 
 def _minus(a: LinkTraffic, b: LinkTraffic | None) -> LinkTraffic:

@@ -122,11 +122,13 @@ def save_recorded(directory: str | Path, key: str, rec: RecordedCollective) -> P
 def load_recorded(directory: str | Path, key: str) -> RecordedCollective | None:
     """The record stored under ``key``; None when there is none."""
     path = _path(Path(directory), key)
-    if not path.is_file():
+    try:
+        f = safe_open(str(path), framework="pt")
+    except FileNotFoundError:
         return None
-    with safe_open(str(path), framework="pt") as f:
+    with f:
         meta = f.metadata()
-    tensors = load_file(str(path))
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
 
     def by_rank(prefix: str) -> dict[int, torch.Tensor]:
         return {int(k.split(".", 1)[1]): v for k, v in tensors.items() if k.startswith(prefix + ".")}
@@ -169,10 +171,14 @@ def write_index(directory: str | Path) -> dict[str, dict]:
 
 
 class RecordedStore:
-    """Read side with a small prefetch pool: the replayer asks for the records of its next ops
-    ahead of time, the sandbox loads its own when it runs an op."""
+    """Read side with a prefetch pool. Both sides load ahead of time: the replayer every record of
+    the ops it serves, the ``live`` engine those of each channel it uses (its sends and
+    collectives), up to ``preload_bytes`` in all (sizes from ``index.json``), then a few ops ahead.
+    Loading is Python work that shares the GIL with the threads that run the ops; done ahead it
+    stays off their critical path."""
 
-    def __init__(self, directory: str | Path, *, prefetch_workers: int = 2) -> None:
+    def __init__(self, directory: str | Path, *, prefetch_workers: int = 2,
+                 preload_bytes: int = 256 * 1024 * 1024) -> None:
         self.directory = Path(directory)
         if not self.directory.is_dir():
             raise RunDirError(f"{self.directory}: no recorded data for this sandbox set (collect the job with "
@@ -180,6 +186,36 @@ class RecordedStore:
         self._pool = ThreadPoolExecutor(max_workers=prefetch_workers, thread_name_prefix="prism-prefetch")
         self._pending: dict[str, Future] = {}
         self._lock = threading.Lock()
+        self._index: dict[str, dict] | None = None
+        self._preload_left = preload_bytes
+
+    def index(self) -> dict[str, dict]:
+        """``index.json`` (key -> file, algo, group size, bytes); empty when it was not written."""
+        if self._index is None:
+            path = self.directory / "index.json"
+            self._index = json.loads(path.read_text()) if path.is_file() else {}
+        return self._index
+
+    def keys_under(self, prefix: str) -> list[str]:
+        """Indexed keys that start with ``prefix`` (e.g. a channel's ``c/<group>/``), in (seq, part) order."""
+        keys = [k for k in self.index() if k.startswith(prefix)]
+        return sorted(keys, key=lambda k: tuple(int(x) for x in k[len(prefix):].split("/")))
+
+    def preload(self, keys: Iterable[str]) -> int:
+        """Load ``keys`` in the background, in order, while the budget lasts; returns how many."""
+        index = self.index()
+        num = 0
+        with self._lock:
+            for key in keys:
+                size = index.get(key, {}).get("bytes", 0)
+                if key in self._pending:
+                    continue
+                if size > self._preload_left:
+                    break
+                self._preload_left -= size
+                self._pending[key] = self._pool.submit(load_recorded, self.directory, key)
+                num += 1
+        return num
 
     def prefetch(self, keys: Iterable[str]) -> None:
         with self._lock:
@@ -194,8 +230,10 @@ class RecordedStore:
 
     def num_parts(self, key_of_part) -> int:
         """How many parts an op has: ``key_of_part(i)`` for i = 0, 1, ... until a file is missing."""
+        index = self.index()
+        exists = (lambda k: k in index) if index else (lambda k: _path(self.directory, k).is_file())
         i = 0
-        while _path(self.directory, key_of_part(i)).is_file():
+        while exists(key_of_part(i)):
             i += 1
         return i
 
@@ -219,8 +257,11 @@ def record_for_values_ranks(
     root: int = -1,
     flat: bool = False,
     in_splits_by_group_rank: Sequence[Sequence[int]] | None = None,
+    tree_all_reduce: bool = False,
 ) -> list[str]:
     """Store what sandbox set ``values_ranks`` needs to run collective ``(group_id, seq)`` pruned.
+    ``tree_all_reduce``: all-reduces run as the tree (:mod:`.algorithms`); the record says which
+    algorithm, and the ``live`` engine follows it.
 
     ``inputs_by_group_rank[g]``: the tensors group rank g handed in (the collector's
     ``Arrival.inputs``); ``root`` a global rank (-1 when none); ``flat`` the request's flat flag;
@@ -247,6 +288,8 @@ def record_for_values_ranks(
     for i in range(num_parts.pop()):
         mine = [p[i] for p in parts]
         algo = mine[0].algo
+        if tree_all_reduce and op is CommOp.ALL_REDUCE:
+            algo = Algo.TREE_ALL_REDUCE
         rec = record_for_sandbox(
             [m.data for m in mine], algo, reduce_op if algo.reduces else "", sandbox, root=mine[0].root,
             in_splits=[m.in_splits for m in mine] if algo is Algo.DIRECT_ALL_TO_ALL else None,
@@ -322,7 +365,8 @@ class _Capture:
         return [self._tensors[rank][f"{key}/in/{i}"] for i in range(op["num_inputs"])]
 
 
-def derive_from_capture(run_dir: str | Path, capture_dir: str | Path, ranks: Iterable[int]) -> Path:
+def derive_from_capture(run_dir: str | Path, capture_dir: str | Path, ranks: Iterable[int], *,
+                        tree_all_reduce: bool = False) -> Path:
     """Compute the recorded data of sandbox set ``ranks`` from a capture run (every rank's inputs
     of every op), exactly as the collector would: same function, same inputs."""
     ranks = sorted(set(ranks))
@@ -343,6 +387,7 @@ def derive_from_capture(run_dir: str | Path, capture_dir: str | Path, ranks: Ite
                     run_dir, op["group_id"], op["seq"], op["op"], op["reduce_op"], members,
                     [cap.inputs(m, key) for m in members], ranks, root=op["root"], flat=op["flat"],
                     in_splits_by_group_rank=[cap.meta(m)[key]["in_splits"] for m in members],
+                    tree_all_reduce=tree_all_reduce,
                 ))
             else:
                 src, dst = op["src"], op["dst"]

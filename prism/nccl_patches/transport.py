@@ -37,7 +37,8 @@ class _StagedRecv:
 
     def wait(self, timeout=None) -> bool:
         done = self._work.wait(timeout) if timeout is not None else self._work.wait()
-        self._target.copy_(self._staging)
+        with torch.no_grad():  # a pipeline's recv buffer is a leaf that requires grad
+            self._target.copy_(self._staging)
         return done
 
 

@@ -27,7 +27,7 @@ from prism.core.errors import PrismError
 from prism.graph.records import CommOp
 
 from .compensation import RecordedCollective, record_for_sandbox
-from .schedule import Algo
+from .schedule import Algo, Phase, Step
 from .transport import Transport
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "transport_prefix",
     "collective_tag_base",
     "p2p_tag_base",
+    "p2p_tag",
     "barrier_record",
     "WideTagTransport",
 ]
@@ -196,6 +197,13 @@ def p2p_tag_base(seq: int, part: int, n: int, src: int) -> int:
     Several (src, dst) streams of a group share its transport (one replayer endpoint hosts all
     vranks, and gloo matches by endpoint and tag), so the tag names the link, not only the seq."""
     return _P2P_BASE + (((seq % _P2P_WINDOW) * _PARTS + part % _PARTS) * n + src) * n
+
+
+def p2p_tag(seq: int, part: int, n: int, src: int, dst: int) -> int:
+    """The tag of the one message of send/recv ``seq`` (group ranks ``src`` -> ``dst``): what the
+    pruned P2P step uses (:func:`p2p_tag_base` plus the step's tag), for a side that posts the
+    message itself instead of running the step machine."""
+    return p2p_tag_base(seq, part, n, src) + Step(0, src, dst, Phase.EXCHANGE, 0, 0).tag(n)
 
 
 class WideTagTransport(Transport):

@@ -23,7 +23,9 @@ import torch.distributed as dist
 
 from prism.core.config import JobConfig
 from prism.core.supervise import Supervisor, package_env
-from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, record_path
+from prism.core.errors import RankFailedError
+from prism.core.workerspec import (WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, record_path,
+                                   with_ooms)
 from prism.graph.records import Graph, RankRecord, merge_groups
 
 
@@ -74,6 +76,7 @@ def worker_spec(job: JobConfig, rank: int, *, engine: str, out_dir: str, store_a
         env=dict(job.env),
         cuda_backend=cuda_backend,
         engine_options=dict(engine_options or {}),
+        memory_cap_bytes=job.memory_cap_bytes,
     )
 
 
@@ -123,7 +126,13 @@ def launch_ranks(
 
     with Supervisor(error_dir=work, log_dir=log_dir) as sup:
         start_more(sup)
-        sup.wait_all(timeout_s=options.timeout_s, on_done=on_done, tick=lambda: start_more(sup))
+        try:
+            sup.wait_all(timeout_s=options.timeout_s, on_done=on_done, tick=lambda: start_more(sup))
+        except RankFailedError as e:
+            oom = with_ooms(e, work)
+            if oom is e:
+                raise
+            raise oom from e
     del store
     records = []
     for rank in ranks:

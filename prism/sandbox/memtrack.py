@@ -5,12 +5,19 @@ A ``TorchDispatchMode`` sees every tensor an op returns; each new storage is cou
 alive exactly as long as the storage lives). The peak is deterministic for a deterministic
 program — the same program run twice gives the same bytes — which RSS is not. Storages created
 outside the dispatcher (``torch.from_numpy``, buffers inside a comm backend) are not counted.
+
+With a cap (the job's ``memory_cap_bytes``), a new storage that would take the tracked bytes above
+it is not counted and the op raises ``torch.OutOfMemoryError`` — the class CUDA's allocator raises
+— before its result reaches the program, as if the allocation had failed; the result is freed as
+the exception unwinds. Only the dispatching (script) thread is tracked: dispatch modes are
+thread-local, so comm backend threads are outside the count, in record and emulate alike.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -20,13 +27,18 @@ __all__ = ["StoragePeakTracker"]
 
 
 class StoragePeakTracker(TorchDispatchMode):
-    def __init__(self) -> None:
+    def __init__(self, *, cap_bytes: int = 0, describe: Callable[[], str] = lambda: "") -> None:
+        """``cap_bytes``: 0 = no cap. ``describe()`` names the place in the OOM message (rank, step)."""
         super().__init__()
         self._lock = threading.Lock()
         self._live: dict[int, int] = {}
         self._refs: dict[int, weakref.ref] = {}
         self.current_bytes = 0
         self.peak_bytes = 0
+        self.cap_bytes = cap_bytes
+        self._describe = describe
+        self.last_oom: tuple[int, int] | None = None
+        """(requested bytes, tracked bytes in use) of the last allocation the cap refused."""
 
     def _release(self, key: int) -> None:
         with self._lock:
@@ -43,11 +55,22 @@ class StoragePeakTracker(TorchDispatchMode):
         if nbytes == 0 or key in self._live:
             return
         with self._lock:
-            self._live[key] = nbytes
-            self._refs[key] = weakref.ref(storage, lambda _r, k=key: self._release(k))
-            self.current_bytes += nbytes
-            if self.current_bytes > self.peak_bytes:
-                self.peak_bytes = self.current_bytes
+            in_use = self.current_bytes
+            refused = bool(self.cap_bytes) and in_use + nbytes > self.cap_bytes
+            if refused:
+                self.last_oom = (nbytes, in_use)
+            else:
+                self._live[key] = nbytes
+                self._refs[key] = weakref.ref(storage, lambda _r, k=key: self._release(k))
+                self.current_bytes += nbytes
+                if self.current_bytes > self.peak_bytes:
+                    self.peak_bytes = self.current_bytes
+        if refused:
+            where = self._describe()
+            raise torch.OutOfMemoryError(
+                f"CPU out of memory (prism memory cap){' on ' + where if where else ''}: tried to allocate "
+                f"{nbytes} bytes with {in_use} bytes tracked in use; cap {self.cap_bytes} bytes "
+                f"({self.cap_bytes - in_use} bytes free)")
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))

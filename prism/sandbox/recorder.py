@@ -78,6 +78,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._nodes: list[dict] = []
         self._groups: dict[str, GroupInfo] = {}
+        self._other_groups: dict[str, GroupInfo] = {}
         now = time.perf_counter_ns()
         # Times are offsets from the origin. A launcher on one host hands every rank the same
         # origin on the shared monotonic clock, so times of different ranks are comparable.
@@ -119,6 +120,11 @@ class Recorder:
     def on_group(self, group: GroupHandle) -> None:
         with self._lock:
             self._groups[group.group_id] = GroupInfo(group.group_id, group.ranks, group.desc)
+
+    def on_other_group(self, group: GroupInfo) -> None:
+        """A group created while this rank is not a member (kept for DP templates' renaming)."""
+        with self._lock:
+            self._other_groups[group.group_id] = group
 
     def on_issue(self, req: CommRequest) -> int:
         site, is_async = _call_site_and_async(default_async=True)
@@ -207,6 +213,11 @@ class Recorder:
             self._last_boundary = time.perf_counter_ns()
 
     @property
+    def current_step(self) -> int:
+        """The step under way (0-based): how many steps have ended so far."""
+        return self._step
+
+    @property
     def losses(self) -> tuple[float, ...]:
         """Loss per finished step so far."""
         with self._lock:
@@ -243,4 +254,5 @@ class Recorder:
                 summary=summary,
                 engine=engine,
                 clock_origin_ns=self.clock_origin_ns,
+                other_groups=list(self._other_groups.values()),
             )

@@ -6,18 +6,26 @@ same recorder that the other modes use.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from prism.core.atomic import atomic_write_text
 from prism.core.config import JobConfig
+from prism.core.errors import RankFailedError, RankOOMError
 from prism.core.rundir import RunDir
 from prism.graph.io import write_graph
 from prism.graph.records import Graph, RankRecord
 
 from .launch import LaunchOptions, assemble_graph, launch_ranks
 
-__all__ = ["record_job", "walk_rank"]
+__all__ = ["record_job", "walk_rank", "failure_summary", "FAILURE_FILE"]
+
+FAILURE_FILE = "failure.json"
+"""Written into the run directory when ``record_job`` stops on a failing rank."""
+_TAIL_LINES = 12
 
 log = logging.getLogger(__name__)
 
@@ -34,15 +42,36 @@ def record_job(
     run = RunDir(Path(run_dir))
     run.root.mkdir(parents=True, exist_ok=True)
     run.save_job(job)
-    records = launch_ranks(
-        job,
-        LaunchOptions(engine="passthrough", timeout_s=timeout_s, cuda_backend=cuda_backend, log_dir=str(run.logs)),
-        on_progress=on_progress,
-    )
+    failure = run.root / FAILURE_FILE
+    failure.unlink(missing_ok=True)
+    try:
+        records = launch_ranks(
+            job,
+            LaunchOptions(engine="passthrough", timeout_s=timeout_s, cuda_backend=cuda_backend, log_dir=str(run.logs)),
+            on_progress=on_progress,
+        )
+    except RankFailedError as e:
+        atomic_write_text(failure, json.dumps(failure_summary(e), indent=1))
+        raise
     graph = assemble_graph(job, records, kind="real")
     write_graph(graph, run.graph_dir("real"))
     log.info("recorded %d ranks of %s into %s", job.world_size, job.name, run.graph_dir("real"))
     return graph
+
+
+def failure_summary(error: RankFailedError) -> dict:
+    """RUN/failure.json: which rank failed and how; ``ooms`` lists every rank that ran out of memory
+    (rank, step, requested bytes, cap, bytes in use, message)."""
+    lines = error.traceback_text.strip().splitlines()
+    is_oom = isinstance(error, RankOOMError)
+    return {
+        "rank": error.rank,
+        "kind": "oom" if is_oom else "error",
+        "exit_code": error.exit_code,
+        "error": error.oom.message.splitlines()[0] if is_oom else (lines[-1] if lines else ""),
+        "traceback_tail": lines[-_TAIL_LINES:],
+        "ooms": [dataclasses.asdict(o) for o in getattr(error, "ooms", ())],
+    }
 
 
 def walk_rank(job: JobConfig, rank: int, *, engine: str = "fake", timeout_s: float = 600.0) -> RankRecord:

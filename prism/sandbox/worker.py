@@ -9,6 +9,8 @@ show it.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import logging
 import os
 import pickle
@@ -17,11 +19,12 @@ import traceback
 from pathlib import Path
 
 from prism.core.atomic import atomic_write_bytes, atomic_write_text
-from prism.core.workerspec import WorkerSpec, error_path, record_path
+from prism.core.workerspec import WorkerSpec, error_path, oom_path, record_path
 from prism.graph.records import RankRecord
 
 from .engines.base import ENGINE_NAMES, CommEngine
 from .memory import MemoryMeter
+from .profiling import RankProfiler
 from .shim import install, run_entrypoint
 
 __all__ = ["make_engine", "run_rank", "main"]
@@ -69,19 +72,76 @@ def make_engine(spec: WorkerSpec) -> CommEngine:
     raise ValueError(f"unknown comm engine {name!r} (known: {', '.join(ENGINE_NAMES)})")
 
 
+def _observe_other_groups(recorder) -> None:
+    """Tell the recorder about groups this rank is not a member of: c10d names every group on
+    every rank, and DP templates need those names to rename a template's groups."""
+    from torch.distributed import distributed_c10d as c10d
+
+    from prism.graph.records import GroupInfo
+
+    helper = c10d._new_process_group_helper
+
+    @functools.wraps(helper)
+    def observing(group_size, group_rank, global_ranks_in_group, backend, store, group_name, *args, **kwargs):
+        if (group_rank is None or group_rank < 0) and global_ranks_in_group:
+            recorder.on_other_group(GroupInfo(str(group_name), tuple(global_ranks_in_group),
+                                              str(kwargs.get("group_desc") or "")))
+        return helper(group_size, group_rank, global_ranks_in_group, backend, store, group_name, *args, **kwargs)
+
+    c10d._new_process_group_helper = observing
+
+
 def run_rank(spec: WorkerSpec) -> RankRecord:
     """Install the sandbox, run the script, return the record. Raises what the script raises."""
     os.environ.update(spec.env)
     engine = make_engine(spec)
     sandbox = install(spec.shim, engine)
-    meter = MemoryMeter(spec.shim.device)
+    if spec.observe_other_groups:
+        _observe_other_groups(sandbox.recorder)
+    recorder = sandbox.recorder
+    meter = MemoryMeter(spec.shim.device, cap_bytes=spec.memory_cap_bytes, rank=spec.shim.rank,
+                        device_index=spec.shim.local_rank, current_step=lambda: recorder.current_step)
+    profiler = (RankProfiler(spec.profile_dir, rank=spec.shim.rank, world_size=spec.shim.world_size,
+                             device=spec.shim.device) if spec.profile_dir else None)
     try:
-        with meter.measuring():
+        with meter.measuring(), profiler or contextlib.nullcontext():
             run_entrypoint(spec.entrypoint, spec.args, cwd=spec.cwd)
-    finally:
-        engine.shutdown()
+    except BaseException as e:
+        # Leave what this rank knows before its engine shuts down: closing its connections makes
+        # peers fail, and the first failure stops every process of the run.
+        try:
+            _leave_failure(spec, e, meter, recorder, profiler)
+        finally:
+            engine.shutdown()
+        raise
+    engine.shutdown()
     peak, source = meter.peak()
-    return sandbox.recorder.finish(peak_memory_bytes=peak, memory_source=source, engine=spec.engine)
+    record = recorder.finish(peak_memory_bytes=peak, memory_source=source, engine=spec.engine)
+    if profiler is not None:
+        profiler.export(record)
+    return record
+
+
+def _leave_failure(spec: WorkerSpec, error: BaseException, meter: MemoryMeter, recorder,
+                   profiler: RankProfiler | None) -> None:
+    """On OOM: the structured report (``rank-R.oom.json``) and the record so far (its peak, its
+    nodes up to the OOM), so that an emulation report can show where it stopped. The profile of a
+    failed rank is written too (it shows where it failed)."""
+    rank = spec.shim.rank
+    oom = meter.oom_report(error)
+    if oom is not None:
+        atomic_write_text(oom_path(spec.out_dir, rank), oom.to_json())
+    if oom is None and profiler is None:
+        return
+    peak, source = meter.peak()
+    record = recorder.finish(peak_memory_bytes=peak, memory_source=source, engine=spec.engine, exit_code=1)
+    if oom is not None:
+        atomic_write_bytes(record_path(spec.out_dir, rank), pickle.dumps(record))
+    if profiler is not None:
+        try:
+            profiler.export(record)
+        except Exception:
+            log.warning("rank %d: could not write the profile", rank, exc_info=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,9 +9,15 @@
    runs its ranks for real with the ``live`` engine while every other rank is a vrank replaying
    the structure graph as soon as it can (:class:`~.clock.AsapClock`). Each real rank's recorded
    nodes (its ``RankRecord``, ``rank-R.pkl``) are its timing measurement.
-3. :func:`~prism.calibration.apply_measurements` moves the measurements onto the structure graph
-   (``bare`` when collected, else ``real``) and :func:`~prism.calibration.calibrate` runs the
-   discrete-event pass; the timed graph goes to RUN/graph/timed.
+3. :func:`~prism.calibration.typical_steps` gives each steady-step node its median over the
+   slice's measured steps (one step's burst of external load is not a slow step of the
+   prediction); with ``repeats`` > 1, :func:`~prism.calibration.fastest_of` keeps each node's
+   shortest duration over the slice's takes. :func:`~prism.calibration.apply_measurements` moves
+   the measurements onto the structure graph (``bare`` when collected, else ``real``),
+   :func:`~prism.calibration.settle_warmup` gives the warm-up steps' comm ops their steady-state
+   durations (a slice's first op on a group also connects its transport) and
+   :func:`~prism.calibration.calibrate` runs the discrete-event pass; the timed graph goes to
+   RUN/graph/timed.
 """
 
 from __future__ import annotations
@@ -25,12 +31,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from prism.calibration import CalibrationReport, apply_measurements, calibrate, plan_slices, representatives
+from prism.calibration import (
+    CalibrationReport,
+    apply_measurements,
+    calibrate,
+    fastest_of,
+    plan_slices,
+    representatives,
+    settle_warmup,
+    typical_steps,
+)
 from prism.core.errors import RunDirError
 from prism.core.rundir import RunDir
 from prism.core.workerspec import record_path
 from prism.graph.io import read_graph, write_graph
 from prism.graph.records import Graph, Node, RankSummary
+from prism.nccl_patches.algorithms import policy_from_env
 from prism.nccl_patches.recorded_store import derive_from_capture, recorded_dir
 
 from .launch import EmulateOptions, capture_job, emulate
@@ -95,7 +111,7 @@ def ensure_recorded(run_dir: str | Path, ranks: tuple[int, ...], *, capture: boo
         if not capture:
             return None
         capture_job(job, run.root, timeout_s=timeout_s)
-    return derive_from_capture(run.root, capture_dir, ranks)
+    return derive_from_capture(run.root, capture_dir, ranks, tree_all_reduce=policy_from_env(job.env).tree_all_reduce)
 
 
 def calibrate_run(
@@ -104,13 +120,15 @@ def calibrate_run(
     slice_size: int = 2,
     template_of: Mapping[int, int] | None = None,
     skip_steps: int | None = None,
+    repeats: int = 1,
     timeout_s: float = 600.0,
     on_slice: Callable[[int, int, tuple[int, ...]], None] | None = None,
 ) -> CalibrateResult:
     """Run the timing slices of RUN and write RUN/graph/timed (module docstring).
 
-    ``on_slice(done, total, ranks)`` is called before each slice (done = slices finished) and once
-    at the end."""
+    ``repeats``: run each slice that many times and keep each node's shortest duration (on a
+    shared host, other load only lengthens spans). ``on_slice(done, total, ranks)`` is called
+    before each slice (done = slices finished) and once at the end."""
     started = time.time()
     run = RunDir(Path(run_dir))
     job = run.load_job()
@@ -131,14 +149,19 @@ def calibrate_run(
             on_slice(i, len(slices), ranks)
         ensure_recorded(run.root, ranks, timeout_s=timeout_s)
         t0 = time.time()
-        out = run.root / "calibration" / f"slice-{i:03d}"
-        emulate(run.root, EmulateOptions(ranks=ranks, graph_kind=kind, out_dir=str(out), timeout_s=timeout_s))
+        takes: dict[int, list[tuple[Node, ...]]] = {r: [] for r in ranks}
         steps = {}
+        for k in range(max(1, repeats)):
+            out = run.root / "calibration" / (f"slice-{i:03d}" if k == 0 else f"slice-{i:03d}-{k}")
+            emulate(run.root, EmulateOptions(ranks=ranks, graph_kind=kind, out_dir=str(out), timeout_s=timeout_s))
+            for r in ranks:
+                record = _load_record(out, r)
+                takes[r].append(typical_steps(record.nodes, skip_steps))
+                if k == 0:
+                    summaries[r] = dataclasses.replace(record.summary, rank=r)
+                    steps[r] = tuple(record.summary.step_times_ns)
         for r in ranks:
-            record = _load_record(out, r)
-            measured[r] = tuple(record.nodes)
-            summaries[r] = dataclasses.replace(record.summary, rank=r)
-            steps[r] = tuple(record.summary.step_times_ns)
+            measured[r] = fastest_of(takes[r])
         results.append(SliceResult(ranks, time.time() - t0, steps))
         log.info("slice %d/%d ranks %s: %.1f s", i + 1, len(slices), list(ranks), time.time() - t0)
     if on_slice:
@@ -150,7 +173,7 @@ def calibrate_run(
             if r not in summaries:
                 src = summaries[first[template_of.get(r, r)]]
                 summaries[r] = dataclasses.replace(src, rank=r)
-    merged = dataclasses.replace(merged, summaries=summaries)
+    merged = dataclasses.replace(settle_warmup(merged, skip_steps), summaries=summaries)
     timed, report = calibrate(merged, skip_steps=skip_steps)
     timed = dataclasses.replace(timed, meta={**timed.meta, "structure": kind, "slice_size": str(slice_size)})
     write_graph(timed, run.graph_dir("timed"))

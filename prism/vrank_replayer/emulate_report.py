@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prism.core.atomic import atomic_write_text
-from prism.core.errors import RankFailedError, RunDirError
+from prism.core.errors import RankOOMError, RunDirError
 from prism.core.rundir import RunDir
 from prism.core.workerspec import record_path
 from prism.graph.export import to_chrome_trace, write_chrome_trace
@@ -28,7 +28,7 @@ from prism.graph.io import read_graph
 from prism.graph.records import Graph, GroupInfo, Node, NodeKind
 
 from .calibrate_run import ensure_recorded
-from .launch import EmulateOptions, EmulateResult, emulate
+from .launch import PROFILE_DIR, EmulateOptions, EmulateResult, emulate
 
 __all__ = ["EmulationReport", "emulate_and_report", "summarize_steps", "REPORT_FILE", "TIMELINE_FILE"]
 
@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 
 REPORT_FILE = "report.json"
 TIMELINE_FILE = "timeline.json"
-_OOM_MARKERS = ("OutOfMemoryError", "out of memory", "MemoryError")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,29 +107,40 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
     options = dataclasses.replace(options, out_dir=str(out),
                                   timed_graph_dir=options.timed_graph_dir or (str(timed_dir) if timed else ""))
     skip = job.iterations.warmup if skip_steps is None else skip_steps
+    cap = job.memory_cap_bytes if options.memory_cap_bytes is None else options.memory_cap_bytes
     data: dict = {"world_size": job.world_size, "sandbox_ranks": list(ranks), "skip_steps": skip,
-                  "clock": "timed" if timed is not None else "asap", "steps": options.steps, "ranks": {}}
+                  "clock": "timed" if timed is not None else "asap", "steps": options.steps,
+                  "memory_cap_bytes": cap, "ranks": {}}
+    if options.profile:
+        data["profile_dir"] = str(out / PROFILE_DIR)
     if not options.recorded_dir:
         ensure_recorded(run.root, ranks, capture=False)  # derived from RUN/capture when there is one
     result = None
-    failure: RankFailedError | None = None
+    failure: RankOOMError | None = None
     try:
         result = emulate(run.root, options)
-    except RankFailedError as e:
-        if not any(m in e.traceback_text for m in _OOM_MARKERS):
-            raise
-        failure = e
+    except RankOOMError as e:
+        failure = e  # the report is still written: OOM is a result of the emulation
+    ooms = {o.rank: o for o in failure.ooms} if failure is not None else {}
     real_nodes, groups = {}, {}
     for r in ranks:
         rec = _record(out, r)
-        row: dict = {"oom": failure is not None and failure.rank == r}
-        if row["oom"]:
-            row["error"] = failure.traceback_text.strip().splitlines()[-1]
+        row: dict = {"oom": False}
+        if r in ooms:
+            o = ooms[r]
+            row["oom"] = {"step": o.step, "requested_bytes": o.requested_bytes, "cap_bytes": o.cap_bytes,
+                          "in_use_bytes": o.in_use_bytes, "device": o.device, "message": o.message}
+            row["error"] = o.message.splitlines()[0] if o.message else ""
+        elif failure is not None:
+            row["stopped"] = True  # stopped with the run when another rank ran out of memory
         if result is not None:
             got = result.ranks[r]
             row.update(summarize_steps(got.step_times_ns, skip))
             row.update(losses=list(got.losses), num_ops=got.num_ops, diverged_ops=list(got.diverged_ops))
         if rec is not None:
+            if result is None:  # the record of a rank that ran out of memory: the steps it finished
+                row.update(summarize_steps(rec.summary.step_times_ns, skip))
+                row.update(losses=list(rec.summary.losses))
             row.update(peak_memory_bytes=rec.summary.peak_memory_bytes, memory_source=rec.summary.memory_source)
             real_nodes[r] = tuple(rec.nodes)
             groups.update({g.group_id: g for g in rec.groups})
@@ -141,7 +151,7 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
             row["predicted_step_ms"] = pred["step_ms"]
         data["ranks"][str(r)] = row
     if failure is not None:
-        data["failed"] = {"rank": failure.rank, "oom": True}
+        data["failed"] = {"rank": failure.rank, "oom": True, "oom_ranks": sorted(ooms)}
     if result is not None:
         data["wall_s"] = result.wall_s
         data["replayers"] = [dataclasses.asdict(p) for p in result.replayers]

@@ -31,8 +31,11 @@ from prism.core.config import JobConfig
 from prism.core.errors import PrismError, RankFailedError, RunDirError
 from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
-from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot
+from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, with_ooms
+from prism.graph.io import read_graph
+from prism.nccl_patches.algorithms import policy_from_env
 from prism.nccl_patches.recorded_store import derive_from_capture, recorded_dir
+from prism.nccl_patches.restrict_store import derive_subset, find_superset_dir
 
 from .replayer import REPLAYER_MODULE, ReplayerSpec, replayer_result_path
 
@@ -44,7 +47,11 @@ __all__ = [
     "emulate",
     "capture_job",
     "with_steps",
+    "PROFILE_DIR",
 ]
+
+PROFILE_DIR = "profile"
+"""``--profile``: the sandbox ranks' torch.profiler traces, <out>/profile/rank<R>.json."""
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +74,10 @@ class EmulateOptions:
     out_dir: str = ""
     """Where the workers and replayers write; "" = RUN/emulations/<time>/ranks-<set>."""
     timeout_s: float = 600.0
+    memory_cap_bytes: int | None = None
+    """Per sandbox rank memory cap (0: none); None: the job's ``memory_cap_bytes``."""
+    profile: bool = False
+    """Run each sandbox rank under ``torch.profiler``: a Chrome trace per rank in <out>/profile/rank<R>.json."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +137,7 @@ def with_steps(job: JobConfig, steps: int | None) -> JobConfig:
 
 
 def _worker_spec(job: JobConfig, rank: int, *, present: tuple[int, ...], store_addr: str, out_dir: Path,
-                 timeout_s: float, engine_options: dict[str, str], origin_ns: int) -> WorkerSpec:
+                 timeout_s: float, engine_options: dict[str, str], origin_ns: int, profile_dir: str = "") -> WorkerSpec:
     shim = ShimConfig(rank=rank, world_size=job.world_size, local_rank=physical_slot(job.device, rank, job.ranks_per_node),
                       ranks_per_node=job.ranks_per_node, device=job.device, store_addr=store_addr,
                       present_ranks=len(present), is_store_leader=rank == present[0], timeout_s=timeout_s,
@@ -134,7 +145,8 @@ def _worker_spec(job: JobConfig, rank: int, *, present: tuple[int, ...], store_a
     return WorkerSpec(shim=shim, engine="live",
                       entrypoint=job.entrypoint if job.is_module else str(job.script_path),
                       args=job.args, cwd=job.base_dir if job.is_module else str(job.script_path.parent),
-                      out_dir=str(out_dir), env=dict(job.env), engine_options=engine_options)
+                      out_dir=str(out_dir), env=dict(job.env), engine_options=engine_options,
+                      memory_cap_bytes=job.memory_cap_bytes, profile_dir=profile_dir)
 
 
 def _start_store(timeout_s: float) -> tuple[dist.TCPStore, str]:
@@ -151,6 +163,9 @@ def _supervise(out_dir: Path, world_size: int, starts: list[tuple[int, list[str]
         try:
             sup.wait_all(timeout_s=timeout_s)
         except RankFailedError as e:
+            oom = with_ooms(e, out_dir)  # a peer (or a replayer) may fail first on its lost connection
+            if oom is not e:
+                raise oom from e
             if e.rank >= world_size:  # a replayer: its error text says which
                 raise RankFailedError(e.rank, e.traceback_text, exit_code=e.exit_code) from None
             raise
@@ -160,6 +175,8 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     """Run the sandbox ranks for real and every other rank as a vrank; return per-rank results."""
     run = RunDir(Path(run_dir))
     job = with_steps(run.load_job(), options.steps)
+    if options.memory_cap_bytes is not None:
+        job = dataclasses.replace(job, memory_cap_bytes=options.memory_cap_bytes)
     ranks = tuple(sorted(set(options.ranks)))
     bad = [r for r in ranks if not 0 <= r < job.world_size]
     if not ranks or bad:
@@ -167,10 +184,11 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     kind = options.graph_kind or ("bare" if run.graph_dir("bare").is_dir() else "real")
     if not run.graph_dir(kind).is_dir():
         raise RunDirError(f"{run.root}: no graph/{kind} (run prism collect or prism record first)")
-    recorded = Path(options.recorded_dir) if options.recorded_dir else recorded_dir(run.root, ranks)
+    recorded = Path(options.recorded_dir) if options.recorded_dir else _recorded_for(run, ranks, kind)
     if not recorded.is_dir():
-        raise RunDirError(f"{recorded}: no recorded data for sandbox ranks {list(ranks)}; collect with "
-                          f"values.ranks: {','.join(map(str, ranks))} (or derive it from a capture run)")
+        raise RunDirError(f"{recorded}: no recorded data for sandbox ranks {list(ranks)} or a set that contains "
+                          f"them; collect with values.ranks: {','.join(map(str, ranks))} (or derive it from a "
+                          f"capture run)")
     out = (Path(options.out_dir) if options.out_dir else
            run.root / "emulations" / time.strftime("%Y%m%d-%H%M%S") / f"ranks-{'_'.join(map(str, ranks))}")
     out.mkdir(parents=True, exist_ok=True)
@@ -184,7 +202,8 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     for r in ranks:
         path = out / f"spec-{r:05d}.json"
         path.write_text(_worker_spec(job, r, present=ranks, store_addr=addr, out_dir=out, timeout_s=options.timeout_s,
-                                     engine_options=opts, origin_ns=origin).to_json())
+                                     engine_options=opts, origin_ns=origin,
+                                     profile_dir=str(out / PROFILE_DIR) if options.profile else "").to_json())
         starts.append((r, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)]))
     for i in range(options.num_replayers):
         spec = ReplayerSpec(index=i, num_replayers=options.num_replayers, sandbox=ranks,
@@ -198,6 +217,20 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     wall = time.time() - launched
     del store
     return _collect_results(out, job.world_size, ranks, options.num_replayers, launched, wall, kind)
+
+
+def _recorded_for(run: RunDir, ranks: tuple[int, ...], kind: str) -> Path:
+    """RUN/payloads/pruned/<ranks>; derived once from a larger recorded set if only that exists
+    (values.ranks: 0-7 serves an emulation of 2,5)."""
+    own = recorded_dir(run.root, ranks)
+    if own.is_dir():
+        return own
+    superset = find_superset_dir(own.parent, ranks)
+    if superset is None:
+        return own
+    log.info("deriving the recorded data of ranks %s from %s", list(ranks), superset.name)
+    groups = {gid: g.ranks for gid, g in read_graph(run.graph_dir(kind)).groups.items()}
+    return derive_subset(superset, ranks, groups)
 
 
 def _since(t: float | None, launched: float) -> float | None:
@@ -256,5 +289,5 @@ def capture_job(job: JobConfig, run_dir: str | Path, *, derive_for: tuple[int, .
     _supervise(out, job.world_size, starts, timeout_s)
     del store
     if derive_for:
-        derive_from_capture(run.root, capture, derive_for)
+        derive_from_capture(run.root, capture, derive_for, tree_all_reduce=policy_from_env(job.env).tree_all_reduce)
     return capture

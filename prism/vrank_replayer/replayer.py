@@ -1,10 +1,12 @@
 """A replayer process: hosts the neighbor vranks of many groups and plays their part of every op
 that involves a sandbox rank (``python -m prism.vrank_replayer.main --spec SPEC.json``).
 
-One thread per channel (:mod:`.plan`) walks its ops in order: ask the clock when the vranks
-issue, load the op's recorded data (prefetched a few ops ahead), and run
-:func:`~prism.nccl_patches.run_neighbor_side` for the vranks the pruned schedule needs over the
-group's transport. Pruned vranks cost nothing: no thread, no buffer, no connection. On success
+One thread per channel (:mod:`.plan`) walks its ops in order: take the op's recorded data (loaded
+in the background ahead of time), build the neighbor party of the vranks the pruned schedule
+needs, ask the clock when they issue, then run the party's steps over the group's transport
+(what :func:`~prism.nccl_patches.run_neighbor_side` does). A vrank's message to a sandbox rank
+leaves from that thread the moment the clock releases it; a helper waits for its completion.
+Pruned vranks cost nothing: no thread, no buffer, no connection. On success
 ``<out>/replayer-<i>.json`` holds the figures; on failure the traceback goes to the error file
 the supervisor reads.
 """
@@ -18,6 +20,7 @@ import json
 import logging
 import os
 import resource
+import sys
 import threading
 import time
 import traceback
@@ -33,7 +36,9 @@ from prism.core.errors import PrismError, RunDirError
 from prism.core.workerspec import error_path
 from prism.graph.io import read_graph
 from prism.graph.records import CommOp, Node
-from prism.nccl_patches import neighbor_ranks, run_neighbor_side
+from prism.nccl_patches import neighbor_ranks
+from prism.nccl_patches.parties import NeighborParty
+from prism.nccl_patches.pruned import start_party
 from prism.nccl_patches.recorded_store import RecordedStore, collective_key, p2p_key
 from prism.nccl_patches.vplan import (
     WideTagTransport,
@@ -54,6 +59,9 @@ log = logging.getLogger(__name__)
 REPLAYER_MODULE = "prism.vrank_replayer.main"
 _PREFETCH_OPS = 4
 _MAX_SENDS_IN_FLIGHT = 8
+_SWITCH_INTERVAL_S = 2e-4
+"""The replayer is a real-time process: a channel thread whose vrank is due must not wait CPython's
+default 5 ms for the GIL while another channel's thread runs Python."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -143,27 +151,29 @@ class Replayer:
         if node.op is CommOp.BARRIER:
             return [barrier_record(n, [g for g, r in enumerate(ch.members) if r in self.sandbox])]
         num = self.store.num_parts(lambda i: self._keys(ch, node, i))
-        if num == 0:
+        records = [self.store.get(self._keys(ch, node, i)) for i in range(num)]
+        if num == 0 or any(r is None for r in records):  # none indexed, or an indexed file is gone
             what = f"{node.op.value} on group {ch.group_id} seq {node.seq}"
             if ch.is_p2p:
                 what = f"message {ch.src}->{ch.dst} on group {ch.group_id} seq {node.seq}"
             raise RunDirError(f"{self.spec.recorded_dir}: no recorded data for {what} (rank {node.rank}, "
                               f"{node.call_site or '?'}); record it for sandbox ranks {sorted(self.sandbox)}")
-        return [self.store.get(self._keys(ch, node, i)) for i in range(num)]
+        return records
 
-    def _play(self, ch: Channel, node: Node, rec, hosted, base: int) -> None:
-        res = run_neighbor_side(self._transport(ch), rec, hosted, tag_base=base, timeout_s=self.spec.timeout_s)
-        for v in sorted(hosted):
+    def _played(self, ch: Channel, node: Node, party: NeighborParty, finish) -> None:
+        traffic = finish()
+        for v in sorted(party.hosted):
             self.clock.on_complete(ch.members[v], node)
         with self._lock:
-            self.num_steps += res.num_steps
-            self.traffic_bytes += sum(t.num_bytes for t in res.traffic.values())
+            self.num_steps += len(party.steps)
+            self.traffic_bytes += sum(t.num_bytes for t in traffic.values())
 
     def _serve(self, ch: Channel) -> None:
-        self._transport(ch)
+        transport = self._transport(ch)
         n = len(ch.members)
-        # A vrank's sends are posted when it issues them and complete on their own (isend): the
-        # next send does not wait for the sandbox to receive the previous one.
+        # A vrank's sends are posted when it issues them, on this thread, and complete on their own
+        # (isend): a helper waits for each, and the next send does not wait for the sandbox to
+        # receive the previous one.
         detached = ThreadPoolExecutor(_MAX_SENDS_IN_FLIGHT, thread_name_prefix=f"prism-send-{ch.name}") \
             if ch.is_p2p and ch.src not in self.sandbox else None
         in_flight: list[Future] = []
@@ -174,14 +184,19 @@ class Replayer:
                 hosted = neighbor_ranks(rec)
                 if not hosted:
                     continue
+                party = NeighborParty(rec, hosted)  # everything but the transfers, before the vranks are due
+                base = p2p_tag_base(node.seq, part, n, rec.root) if ch.is_p2p else collective_tag_base(node.seq, part, n)
+                if detached is not None:
+                    in_flight = [f for f in in_flight if not f.done() or f.result()]
+                    while len(in_flight) >= _MAX_SENDS_IN_FLIGHT:  # the tag window of a stream
+                        in_flight.pop(0).result()
                 for v in sorted(hosted):
                     self.clock.wait_until_issue(ch.members[v], node)
-                base = p2p_tag_base(node.seq, part, n, rec.root) if ch.is_p2p else collective_tag_base(node.seq, part, n)
+                finish = start_party(party, transport, n, tag_base=base, timeout_s=self.spec.timeout_s)
                 if detached is None:
-                    self._play(ch, node, rec, hosted, base)
+                    self._played(ch, node, party, finish)
                 else:
-                    in_flight = [f for f in in_flight if not f.done() or f.result()]
-                    in_flight.append(detached.submit(self._play, ch, node, rec, hosted, base))
+                    in_flight.append(detached.submit(self._played, ch, node, party, finish))
             with self._lock:
                 self.num_ops += 1
                 if self.first_op_done_unix_s is None:
@@ -200,8 +215,19 @@ class Replayer:
             with self._lock:
                 self._errors.append(e)
 
+    def _preload(self) -> None:
+        """Load the records of every op served, in the order they are due (within the store's budget)."""
+        due = []
+        for ch in self.channels:
+            by_seq: dict[int, list[str]] = {}
+            for key in self.store.keys_under(self._keys(ch, ch.nodes[0], 0).rsplit("/", 2)[0] + "/"):
+                by_seq.setdefault(int(key.rsplit("/", 2)[1]), []).append(key)
+            due.extend((node.start_ns, key) for node in ch.nodes for key in by_seq.get(node.seq, ()))
+        self.store.preload(key for _, key in sorted(due))
+
     def run(self) -> dict:
         start = time.time()
+        self._preload()
         threads = [threading.Thread(target=self._thread, args=(ch,), name=f"prism-replay-{ch.name}", daemon=True)
                    for ch in self.channels]
         for t in threads:
@@ -236,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", required=True)
     ns = parser.parse_args(argv)
     spec = ReplayerSpec.from_json(Path(ns.spec).read_text())
+    sys.setswitchinterval(_SWITCH_INTERVAL_S)
     logging.basicConfig(level=os.environ.get("PRISM_LOG_LEVEL", "WARNING"),
                         format=f"[replayer{spec.index}] %(levelname)s %(name)s: %(message)s")
     try:

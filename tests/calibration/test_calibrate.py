@@ -4,7 +4,15 @@ import dataclasses
 
 import pytest
 
-from prism.calibration import apply_measurements, calibrate, plan_slices, representatives
+from prism.calibration import (
+    apply_measurements,
+    calibrate,
+    fastest_of,
+    plan_slices,
+    representatives,
+    settle_warmup,
+    typical_steps,
+)
 from prism.core.errors import GraphError
 from prism.graph.records import RankSummary
 from prism.graph.text import parse_graph
@@ -128,3 +136,47 @@ r0#2 MARK step_end
     assert [n.duration_ns for n in merged.nodes[1][:2]] == [50, 5]
     _, report = calibrate(merged, skip_steps=0)
     assert report.ranks[1].calibrated_steps_ns == (55,)
+
+
+def test_warm_up_comm_ops_take_their_steady_state_duration():
+    # The first all-reduce of a slice also connected the group's transport (0.46 s): left in, it
+    # would put this stage behind the others at the start of the measured steps.
+    g = parse_graph("""
+graph world_size=2 kind=bare
+group 0 ranks=0,1 desc=dp
+r0#0 COLL barrier g0:0 step=0 d=3s
+r0#1 COLL all_reduce g0:1 1KiB f32[256] sum step=0 d=460ms
+r0#2 MARK step_end step=0
+r0#3 COLL all_reduce g0:2 1KiB f32[256] sum step=1 d=3ms
+r0#4 MARK step_end step=1
+r0#5 COLL all_reduce g0:3 1KiB f32[256] sum step=2 d=5ms
+r0#6 MARK step_end step=2
+r0#7 COLL all_reduce g0:4 1KiB f32[256] sum step=3 d=4ms
+r0#8 MARK step_end step=3
+""")
+    settled = settle_warmup(g, skip_steps=1)
+    assert [n.duration_ns for n in settled.nodes[0] if n.is_comm] == [3_000_000_000, 4_000_000, 3_000_000, 5_000_000,
+                                                                      4_000_000]
+    assert settle_warmup(g, skip_steps=0) is g
+
+
+def test_each_steady_step_takes_the_median_of_the_slices_measured_steps():
+    # Step 2 of the slice ran during a burst of someone else's load.
+    lines = ["graph world_size=2 kind=real", "group 0 ranks=0,1 desc=pp"]
+    for step, (compute, send) in enumerate([(900, 50), (10, 2), (30, 9), (12, 3), (11, 2)]):
+        lines += [f"r0#{3 * step} COMP step={step} d={compute}",
+                  f"r0#{3 * step + 1} SEND g0:{step} ->1 16B f32[4] step={step} d={send}",
+                  f"r0#{3 * step + 2} MARK step_end step={step}"]
+    nodes = parse_graph("\n".join(lines)).nodes[0]
+    typical = typical_steps(nodes, skip_steps=1)
+    assert [n.duration_ns for n in typical if n.kind.value != "MARK"] == [900, 50, 11, 2, 11, 2, 11, 2, 11, 2]
+    # a step that ran another program (here: no message) leaves the measurement as it was
+    other = tuple(n for n in nodes if not (n.step == 3 and n.is_comm))
+    assert typical_steps(other, skip_steps=1) == other
+
+
+def test_a_slice_measured_twice_keeps_each_nodes_shortest_take():
+    take = "graph world_size=1 kind=real\nr0#0 COMP step=1 d={}\nr0#1 COLL barrier g0:0 step=1 d={}\n"
+    a = parse_graph(take.format(10, 7)).nodes[0]
+    b = parse_graph(take.format(12, 5)).nodes[0]  # someone else's load lengthened the compute
+    assert [n.duration_ns for n in fastest_of([a, b])] == [10, 5]

@@ -2,7 +2,9 @@
 
 import pytest
 
+from prism.coordinator.cuda_checkpoint import NullSwitcher
 from prism.coordinator.scheduler import Candidate, pending_counts, pick_next
+from prism.coordinator.state import RankStatus, RunState
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -27,3 +29,22 @@ def test_a_starving_rank_overtakes_priority():
 
 def test_nothing_to_pick():
     assert pick_next([], pending_counts([]), now=0, starvation_grants=1) is None
+
+
+class _DeviceSwitcher(NullSwitcher):
+    """The scheduling contract of CudaSwitcher (ranks hold device memory) without libcuda."""
+
+    moves_device_memory = True
+
+
+@pytest.mark.parametrize("switcher, handed_on_at", [(NullSwitcher(), "finish"), (_DeviceSwitcher(), "exit")])
+def test_a_finishing_rank_hands_its_slot_on_when_its_memory_is_gone(switcher, handed_on_at):
+    # One slot, two ranks: rank 1 may start only when rank 0 no longer holds memory on the
+    # device — at finish on CPU, at process exit when a rank's device memory stays until then.
+    state = RunState(2, 1, switcher=switcher)
+    assert state.take_spawns() == [(0, 0)]
+    state.finish(0)
+    assert state.status(1) is (RankStatus.ACTIVE if handed_on_at == "finish" else RankStatus.NOT_STARTED)
+    state.on_exit(0)
+    assert state.status(1) is RankStatus.ACTIVE
+    assert state.take_spawns() == ([(1, 0)])

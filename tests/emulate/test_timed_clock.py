@@ -90,6 +90,17 @@ def test_wait_until_issue_holds_the_vrank_until_its_predicted_time_in_real_time(
     assert [e[2] for e in clock.events] == ["complete", "issue"]
 
 
+def test_a_vrank_thread_asks_to_be_woken_early_by_the_median_of_its_recent_wake_up_delays():
+    # A real rank's own wake-up latency is in the calibrated durations; the replayer's would add to it.
+    clock = TimedClock(parse_graph(TIMED), sandbox={1})
+    assert clock.wake_lead_ns() == 0
+    for late_ns in (300_000, 100_000, 200_000):
+        clock._woke_late(late_ns)
+    assert clock.wake_lead_ns() == 200_000
+    clock._woke_late(50_000_000)  # one thread descheduled for 50 ms moves the median, not the mean
+    assert clock.wake_lead_ns() == 250_000
+
+
 def _scale(line: str, factor: int) -> str:
     if " t=" not in line:
         return line

@@ -16,7 +16,8 @@ from prism.nccl_patches.compensation import record_for_sandbox
 from prism.nccl_patches.parties import NeighborParty, SandboxParty
 from prism.nccl_patches.pruned import neighbor_ranks, run_in_process
 from prism.nccl_patches.reduction import chunk_bounds, reduce_chunk, ring_order, ring_reduce
-from prism.nccl_patches.schedule import Algo, Geometry, full_schedule, link_traffic
+from prism.nccl_patches.schedule import Algo, Geometry, full_schedule, link_traffic, steps_touching
+from prism.nccl_patches.vplan import p2p_tag, p2p_tag_base
 from tests.nccl_patches.cases import DTYPES, changed, make_inputs, ops_for, sandbox_subsets
 
 pytestmark = pytest.mark.timeout(300)
@@ -270,3 +271,10 @@ def test_recording_needs_a_sandbox_rank_and_a_known_reduce_op():
         record_for_sandbox([torch.ones(2)] * 2, Algo.RING_ALL_REDUCE, "sum", [])
     with pytest.raises(ValueError, match="unknown reduce op 'mean'"):
         record_for_sandbox([torch.ones(2)] * 2, Algo.RING_ALL_REDUCE, "mean", [0])
+
+
+@pytest.mark.parametrize(("seq", "part", "n", "src", "dst"), [(0, 0, 2, 0, 1), (17, 1, 16, 5, 3), (40, 0, 8, 7, 0)])
+def test_a_message_posted_directly_carries_the_tag_of_its_p2p_step(seq, part, n, src, dst):
+    # The live engine posts send/recv without the step machine; the replayer's side runs it.
+    (step,) = steps_touching(Algo.P2P, Geometry(n, 8, src, dst), [src])
+    assert p2p_tag(seq, part, n, src, dst) == p2p_tag_base(seq, part, n, src) + step.tag(n)

@@ -4,6 +4,7 @@ virtual, and their losses equal the collected run's bitwise. pp (two virtual pip
 of one sandbox rank) and moe (value-dependent all-to-all splits) go the same way."""
 
 import dataclasses
+import json
 import math
 
 import pytest
@@ -35,3 +36,38 @@ def test_emulated_ranks_equal_the_collected_run_bitwise(name, tmp_path):
         assert all((math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(got.losses, want, strict=True)), \
             (name, r, got.losses, want)
     assert any(not math.isnan(x) for r in sandbox for x in result.ranks[r].losses), "no sandbox rank has a loss"
+
+
+def test_a_subset_of_the_collected_values_ranks_emulates_bitwise_from_derived_data(tmp_path):
+    # values.ranks 1-3,6,7 (blocks 1-3 and 6-7 on pp's groups); emulate 2,7: the data of {2,7} is
+    # derived from the larger set's records (RecordedCollective.restrict), not collected again.
+    job = load_job(EXAMPLE_JOBS["pp"])
+    job = dataclasses.replace(job, values=ValuesPolicy(ranks="1-3,6,7"))
+    collected = collect_job(job, tmp_path / "run", CollectOptions(slots=2, timeout_s=600)).graph
+    pruned = tmp_path / "run" / "payloads" / "pruned"
+    assert not (pruned / "ranks-2_7").exists()
+    result = emulate(tmp_path / "run", EmulateOptions(ranks=(2, 7), timeout_s=300))
+    assert (pruned / "ranks-2_7" / "index.json").is_file()
+    for r in (2, 7):
+        got, want = result.ranks[r], collected.summaries[r].losses
+        assert got.diverged_ops == ()
+        assert got.num_ops == len(collected.comm_nodes(r))
+        assert all((math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(got.losses, want, strict=True)), \
+            (r, got.losses, want)
+    assert not math.isnan(result.ranks[7].losses[0])
+
+
+def test_nccl_algo_tree_runs_all_reduces_as_the_pruned_tree_with_the_collected_values(tmp_path):
+    # The job asks NCCL for tree all-reduces: the collector records tree data (subtree partials)
+    # and the sandbox ranks run the pruned tree; the values are still the collected ones, bitwise.
+    job = load_job(EXAMPLE_JOBS["ddp"])
+    job = dataclasses.replace(job, values=ValuesPolicy(ranks="2,5"), env={**job.env, "NCCL_ALGO": "Tree"})
+    collected = collect_job(job, tmp_path / "run", CollectOptions(slots=2, timeout_s=600)).graph
+    index = json.loads((tmp_path / "run/payloads/pruned/ranks-2_5/index.json").read_text())
+    algos = {v["algo"] for k, v in index.items() if k.startswith("c/")}
+    assert "tree_all_reduce" in algos and "ring_all_reduce" not in algos, algos
+    result = emulate(tmp_path / "run", EmulateOptions(ranks=(2, 5), timeout_s=300))
+    for r in (2, 5):
+        got, want = result.ranks[r], collected.summaries[r].losses
+        assert got.diverged_ops == ()
+        assert got.losses == want, (r, got.losses, want)

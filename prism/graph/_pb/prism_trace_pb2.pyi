@@ -159,8 +159,35 @@ class RankFileRef(_message.Message):
     num_nodes: int
     def __init__(self, rank: _Optional[int] = ..., file_name: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., num_nodes: _Optional[int] = ...) -> None: ...
 
+class Replica(_message.Message):
+    __slots__ = ("rank_map", "group_map")
+    class GroupMapEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    RANK_MAP_FIELD_NUMBER: _ClassVar[int]
+    GROUP_MAP_FIELD_NUMBER: _ClassVar[int]
+    rank_map: _containers.RepeatedScalarFieldContainer[int]
+    group_map: _containers.ScalarMap[str, str]
+    def __init__(self, rank_map: _Optional[_Iterable[int]] = ..., group_map: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Templates(_message.Message):
+    __slots__ = ("kind", "template_of", "replica_of", "replicas")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_OF_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_OF_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    template_of: _containers.RepeatedScalarFieldContainer[int]
+    replica_of: _containers.RepeatedScalarFieldContainer[int]
+    replicas: _containers.RepeatedCompositeFieldContainer[Replica]
+    def __init__(self, kind: _Optional[str] = ..., template_of: _Optional[_Iterable[int]] = ..., replica_of: _Optional[_Iterable[int]] = ..., replicas: _Optional[_Iterable[_Union[Replica, _Mapping]]] = ...) -> None: ...
+
 class Manifest(_message.Message):
-    __slots__ = ("schema_version", "world_size", "kind", "job_name", "meta", "groups", "rank_files")
+    __slots__ = ("schema_version", "world_size", "kind", "job_name", "meta", "groups", "rank_files", "templates")
     class MetaEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -175,6 +202,7 @@ class Manifest(_message.Message):
     META_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     RANK_FILES_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATES_FIELD_NUMBER: _ClassVar[int]
     schema_version: int
     world_size: int
     kind: str
@@ -182,4 +210,5 @@ class Manifest(_message.Message):
     meta: _containers.ScalarMap[str, str]
     groups: _containers.RepeatedCompositeFieldContainer[GroupInfo]
     rank_files: _containers.RepeatedCompositeFieldContainer[RankFileRef]
-    def __init__(self, schema_version: _Optional[int] = ..., world_size: _Optional[int] = ..., kind: _Optional[str] = ..., job_name: _Optional[str] = ..., meta: _Optional[_Mapping[str, str]] = ..., groups: _Optional[_Iterable[_Union[GroupInfo, _Mapping]]] = ..., rank_files: _Optional[_Iterable[_Union[RankFileRef, _Mapping]]] = ...) -> None: ...
+    templates: Templates
+    def __init__(self, schema_version: _Optional[int] = ..., world_size: _Optional[int] = ..., kind: _Optional[str] = ..., job_name: _Optional[str] = ..., meta: _Optional[_Mapping[str, str]] = ..., groups: _Optional[_Iterable[_Union[GroupInfo, _Mapping]]] = ..., rank_files: _Optional[_Iterable[_Union[RankFileRef, _Mapping]]] = ..., templates: _Optional[_Union[Templates, _Mapping]] = ...) -> None: ...

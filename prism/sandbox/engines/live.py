@@ -10,7 +10,12 @@ connection for groups that never communicate, none to pruned vranks).
 Ops run on one background thread per *channel* — the collectives of a group, and each
 (src, dst, group) message stream — in issue order, so DDP (which waits on futures) and pipeline
 schedules (which post a send and the opposite recv together) both progress. Futures complete
-from those threads.
+from those threads. A send or recv whose group transport is up is posted to gloo at once, on the
+caller's thread (as the real backend does); its channel thread only waits for it and completes
+the future — the one hand-off a real gloo run has too (``passthrough``). Recorded data (needed
+only for the divergence flag, never for a recv) is loaded ahead: a channel's records when it is
+first used (:meth:`~prism.nccl_patches.recorded_store.RecordedStore.preload`, within a budget),
+else a few ops ahead.
 
 With every rank a sandbox rank and no replayer (``sandbox`` = all), this is a real all-rank run
 whose reductions follow prism's ring order, i.e. the values a collection produces; with
@@ -31,6 +36,7 @@ import resource
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -41,6 +47,7 @@ from prism.core.atomic import atomic_write_text
 from prism.core.errors import PrismError
 from prism.graph.records import CommOp
 from prism.nccl_patches import run_sandbox_side
+from prism.nccl_patches.compensation import bits_equal
 from prism.nccl_patches.parties import SandboxParty
 from prism.nccl_patches.recorded_store import CAPTURE_SCHEMA, RecordedStore, collective_key, p2p_key
 from prism.nccl_patches.vplan import (
@@ -49,6 +56,7 @@ from prism.nccl_patches.vplan import (
     collective_tag_base,
     endpoint_plan,
     op_parts,
+    p2p_tag,
     p2p_tag_base,
     transport_prefix,
 )
@@ -60,6 +68,8 @@ __all__ = ["LiveEngine", "live_result_path"]
 log = logging.getLogger(__name__)
 
 _REDUCING = (CommOp.ALL_REDUCE, CommOp.REDUCE, CommOp.REDUCE_SCATTER)
+_PREFETCH_OPS = 4
+"""Ops of a channel whose recorded data is loaded ahead of the one being submitted."""
 
 
 def live_result_path(out_dir: str | Path, rank: int) -> Path:
@@ -71,6 +81,8 @@ class _Channel:
 
     def __init__(self, name: str, run) -> None:
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.preloaded = False
+        """Every record of the channel is loading or loaded already (no per-op prefetch)."""
         self._run = run
         self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self.thread.start()
@@ -78,6 +90,19 @@ class _Channel:
     def _loop(self) -> None:
         while (item := self.queue.get()) is not None:
             self._run(*item)
+
+
+@dataclass(slots=True)
+class _Posted:
+    """A send/recv posted to the transport on the caller's thread, waiting for its channel thread."""
+
+    works: list
+    bufs: list[torch.Tensor]
+    """The message of each part (sent, or received into)."""
+    targets: list[torch.Tensor | None]
+    """Where a received part is copied when it could not be received in place."""
+    group_rank: int
+    num_bytes: int
 
 
 class LiveEngine(CommEngine):
@@ -147,18 +172,46 @@ class LiveEngine(CommEngine):
 
     def submit(self, request: CommRequest) -> torch.futures.Future:
         future: torch.futures.Future = torch.futures.Future()
-        if request.op in (CommOp.SEND, CommOp.RECV):
+        p2p = request.op in (CommOp.SEND, CommOp.RECV)
+        gid = request.group.group_id
+        if p2p:
             src, dst = self._ends(request)
-            channel = ("p", request.group.group_id, src, dst)
+            channel = ("p", gid, src, dst)
         else:
-            channel = ("c", request.group.group_id)
+            channel = ("c", gid)
         snapshot = [t.detach().clone() for t in request.inputs] if self.capture_dir else None
+        ch = self._channels.get(channel) or self._new_channel(channel, request)
+        if self._recorded is not None and not ch.preloaded and request.op is not CommOp.RECV:
+            self._recorded.prefetch(self._key(request, 0, seq=s)
+                                    for s in range(request.seq, request.seq + 1 + _PREFETCH_OPS))
+        transport = self._transports.get(gid) if p2p else None
+        if transport is None:  # collectives, and a group's first messages (its transport connects there)
+            ch.queue.put((self._run, request, future, snapshot))
+            return future
+        try:
+            posted = self._post_p2p(request, transport)
+        except BaseException as e:  # noqa: BLE001 - delivered to the waiter
+            future.set_exception(e)
+            return future
+        ch.queue.put((self._finish_p2p, request, future, snapshot, posted))
+        return future
+
+    def _new_channel(self, channel: tuple, request: CommRequest) -> _Channel:
         with self._lock:
             ch = self._channels.get(channel)
-            if ch is None:
-                ch = self._channels[channel] = _Channel(f"prism-live-{'-'.join(map(str, channel))}", self._run)
-        ch.queue.put((request, future, snapshot))
-        return future
+            if ch is not None:
+                return ch
+            ch = self._channels[channel] = _Channel(f"prism-live-{'-'.join(map(str, channel))}", self._call)
+        if self._recorded is None or request.op is CommOp.RECV:  # a receiver needs no record
+            ch.preloaded = True
+        else:
+            keys = self._recorded.keys_under(self._key(request, 0).rsplit("/", 2)[0] + "/")
+            ch.preloaded = bool(keys) and self._recorded.preload(keys) == len(keys)
+        return ch
+
+    @staticmethod
+    def _call(fn, *args) -> None:
+        fn(*args)
 
     def _run(self, req: CommRequest, future: torch.futures.Future, snapshot) -> None:
         try:
@@ -168,18 +221,77 @@ class LiveEngine(CommEngine):
             log.debug("rank %d: %s %s:%d failed", self.rank, req.op.value, req.group.group_id, req.seq, exc_info=True)
             future.set_exception(e)
             return
-        with self._lock:
-            if self._first_done_unix_s is None:
-                self._first_done_unix_s = time.time()
+        self._complete(future, req)
+
+    def _complete(self, future: torch.futures.Future, req: CommRequest) -> None:
+        if self._first_done_unix_s is None:
+            with self._lock:
+                if self._first_done_unix_s is None:
+                    self._first_done_unix_s = time.time()
         future.set_result(req.outputs)
+
+    # ------------------------------------------------------------------ send/recv posted at once
+
+    def _post_p2p(self, req: CommRequest, transport: WideTagTransport) -> _Posted:
+        """Post the message(s) of a send/recv now (the parts :func:`op_parts` would give: one P2P
+        step per tensor, the same tags). The script's tensors go to gloo as they are, as c10d
+        hands them to its backend: no torch op runs on the caller's thread (on CPU the memory
+        tracker's dispatch mode makes each one cost tens of µs there; the real run pays none)."""
+        g = req.group
+        n = g.size
+        src, dst = self._ends(req)
+        s, d = g.to_group_rank(src), g.to_group_rank(dst)
+        send = req.op is CommOp.SEND
+        works, bufs, targets, num_bytes = [], [], [], 0
+        for i, t in enumerate(req.inputs if send else req.outputs):
+            tag = p2p_tag(req.seq, i, n, s, d)
+            target = None
+            if t.is_contiguous():
+                buf = t
+            elif send:
+                buf = t.contiguous()
+            else:
+                buf, target = torch.empty(t.shape, dtype=t.dtype, device=t.device), t
+            works.append(transport.send(buf, s, d, tag) if send else transport.recv(buf, s, d, tag))
+            bufs.append(buf)
+            targets.append(target)
+            num_bytes += buf.numel() * buf.element_size()
+        return _Posted(works, bufs, targets, s if send else d, num_bytes)
+
+    def _finish_p2p(self, req: CommRequest, future: torch.futures.Future, snapshot, posted: _Posted) -> None:
+        try:
+            timeout = datetime.timedelta(seconds=self.timeout_s)
+            for work in posted.works:
+                if not work.wait(timeout):
+                    raise PrismError(f"rank {self.rank}: {req.op.value} on group {req.group.group_id} "
+                                     f"seq {req.seq} timed out after {self.timeout_s}s")
+            with torch.no_grad():
+                for buf, target in zip(posted.bufs, posted.targets, strict=True):
+                    if target is not None:
+                        target.copy_(buf)
+                # The divergence flag of a send: after the transfer (the script may not touch the
+                # tensor before its work completes), so nothing delays the message.
+                diverged = False
+                if req.op is CommOp.SEND and self._recorded is not None:
+                    for i, buf in enumerate(posted.bufs):
+                        rec = self._recorded.get(self._key(req, i))
+                        mine = rec.inputs.get(posted.group_rank) if rec is not None else None
+                        diverged |= mine is not None and not bool(bits_equal(buf.reshape(-1), mine).all())
+                self._done(req, diverged, snapshot, posted.num_bytes)
+        except BaseException as e:  # noqa: BLE001 - delivered to the waiter
+            log.debug("rank %d: %s %s:%d failed", self.rank, req.op.value, req.group.group_id, req.seq, exc_info=True)
+            future.set_exception(e)
+            return
+        self._complete(future, req)
 
     # ------------------------------------------------------------------------------ one op
 
-    def _key(self, req: CommRequest, part: int) -> str:
+    def _key(self, req: CommRequest, part: int, *, seq: int | None = None) -> str:
+        seq = req.seq if seq is None else seq
         if req.op in (CommOp.SEND, CommOp.RECV):
             src, dst = self._ends(req)
-            return p2p_key(req.group.group_id, src, dst, req.seq, part)
-        return collective_key(req.group.group_id, req.seq, part)
+            return p2p_key(req.group.group_id, src, dst, seq, part)
+        return collective_key(req.group.group_id, seq, part)
 
     def _execute(self, req: CommRequest, snapshot) -> None:
         g = req.group
@@ -194,6 +306,7 @@ class LiveEngine(CommEngine):
         reduce_op = "sum" if req.op is CommOp.BARRIER else (req.reduce_op if req.op in _REDUCING else "")
         outs: list[torch.Tensor | None] = []
         diverged = False
+        num_bytes = 0
         transport = self._transport(g) if n > 1 else None
         is_p2p = req.op in (CommOp.SEND, CommOp.RECV)
         for i, part in enumerate(parts):
@@ -205,17 +318,25 @@ class LiveEngine(CommEngine):
                 continue
             if req.op is CommOp.BARRIER:
                 rec = barrier_record(n, [gr for gr, r in enumerate(g.ranks) if r in self.sandbox])
+            elif req.op is CommOp.RECV:
+                rec = None  # a receiver has no recorded input: nothing to compare
             else:
                 rec = self._recorded.get(self._key(req, i)) if self._recorded else None
             tag_base = p2p_tag_base(req.seq, i, n, part.root) if is_p2p else collective_tag_base(req.seq, i, n)
-            res = run_sandbox_side(transport, part.algo, me, part.data, recorded=rec, tag_base=tag_base,
+            # The record names the algorithm the collector chose (NCCL_ALGO=Tree: a tree all-reduce).
+            algo = rec.algo if rec is not None and req.op is CommOp.ALL_REDUCE else part.algo
+            res = run_sandbox_side(transport, algo, me, part.data, recorded=rec, tag_base=tag_base,
                                    timeout_s=self.timeout_s, **kw)
             outs.append(res.output)
             diverged |= res.diverged
-            self._traffic_bytes += sum(t.num_bytes for t in res.traffic.values())
+            num_bytes += sum(t.num_bytes for t in res.traffic.values())
         _write_outputs(req, outs, me, root)
+        self._done(req, diverged, snapshot, num_bytes)
+
+    def _done(self, req: CommRequest, diverged: bool, snapshot, num_bytes: int) -> None:
         with self._lock:
             self._num_ops += 1
+            self._traffic_bytes += num_bytes
             if diverged:
                 self._diverged.append({"key": self._key(req, 0).rsplit("/", 1)[0], "op": req.op.value})
             if self.capture_dir is not None:

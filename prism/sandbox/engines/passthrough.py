@@ -7,6 +7,12 @@ which is how several ranks share one GPU). Values and timing are the real backen
 
 Gloo lacks a few reduce ops; ``avg`` is executed as ``sum`` followed by a division by the group
 size (what NCCL does too), so the values match a real NCCL run up to rounding.
+
+Gloo's send/recv works have no future; a helper thread per *stream* (the collectives of a group,
+the sends to one peer, the receives from one peer) waits for them in order and completes ours. One
+helper for all of them would let a receive that has arrived wait behind an earlier send to a slow
+peer (a gloo send completes only when the receiver has posted its receive): a pipeline stage's
+next activation would then wait for the stage after it, which no real gloo run does.
 """
 
 from __future__ import annotations
@@ -78,8 +84,8 @@ class PassthroughEngine(CommEngine):
         self._gloo: dict[str, dist.ProcessGroupGloo] = {}
         self._nccl: dict[str, object] = {}
         self._stores: dict[str, object] = {}
-        self._waits: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._wait_loop, name="prism-passthrough-wait", daemon=True).start()
+        self._waiters: dict[tuple, queue.SimpleQueue] = {}
+        self._lock = threading.Lock()
 
     def create_group(self, group: GroupHandle, store) -> None:
         self._stores[group.group_id] = store
@@ -103,7 +109,7 @@ class PassthroughEngine(CommEngine):
         pg = self._backend_for(req)
         staged = _host_copy(req) if isinstance(pg, dist.ProcessGroupGloo) else None
         works = self._start(pg, staged or req)
-        futures = [self._future_of(w) for w in works]
+        futures = [self._future_of(w, req) for w in works]
         done = torch.futures.collect_all(futures) if len(futures) != 1 else futures[0]
         size = req.group.size
 
@@ -125,19 +131,34 @@ class PassthroughEngine(CommEngine):
 
         return done.then(finish)
 
-    def _future_of(self, work) -> torch.futures.Future:
+    def _future_of(self, work, req: CommRequest) -> torch.futures.Future:
         try:
             return work.get_future()
         except RuntimeError:
-            # Some gloo works (e.g. _allgather_base) have no future: wait for them in order on a
-            # helper thread, so completion is still driven by the backend and not by Work.wait().
+            # Gloo's send/recv (and e.g. _allgather_base) have no future: wait for them in order
+            # on the stream's helper thread, so completion is still driven by the backend and not
+            # by Work.wait().
             future: torch.futures.Future = torch.futures.Future()
-            self._waits.put((work, future))
+            self._waiter(req).put((work, future))
             return future
 
-    def _wait_loop(self) -> None:
+    def _waiter(self, req: CommRequest) -> queue.SimpleQueue:
+        stream = (req.group.group_id, req.op.value, req.peer) if req.op in (CommOp.SEND, CommOp.RECV) \
+            else (req.group.group_id,)
+        waits = self._waiters.get(stream)
+        if waits is None:
+            with self._lock:
+                waits = self._waiters.get(stream)
+                if waits is None:
+                    waits = self._waiters[stream] = queue.SimpleQueue()
+                    threading.Thread(target=self._wait_loop, args=(waits,), daemon=True,
+                                     name=f"prism-passthrough-wait-{'-'.join(map(str, stream))}").start()
+        return waits
+
+    @staticmethod
+    def _wait_loop(waits: queue.SimpleQueue) -> None:
         while True:
-            item = self._waits.get()
+            item = waits.get()
             if item is None:
                 return
             work, future = item
@@ -202,7 +223,9 @@ class PassthroughEngine(CommEngine):
         raise AssertionError(f"unhandled op {op} (rank {me})")
 
     def shutdown(self) -> None:
-        self._waits.put(None)
+        with self._lock:
+            for waits in self._waiters.values():
+                waits.put(None)
         for pg in list(self._nccl.values()):
             try:
                 pg.shutdown()
