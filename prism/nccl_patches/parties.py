@@ -231,7 +231,8 @@ class NeighborParty(Party):
     group on one endpoint to carry every sandbox change into every output (docs/pruned-collectives.md).
     """
 
-    def __init__(self, rec: RecordedCollective, hosted: Iterable[int]) -> None:
+    def __init__(self, rec: RecordedCollective, hosted: Iterable[int], pruned: Sequence[Step] | None = None) -> None:
+        """``pruned`` is ``rec``'s pruned schedule when the caller already has it (it costs O(n) for a ring)."""
         self.rec, self.values = rec, RecordedValues(rec)
         self.algo, self.n, self.op = rec.algo, rec.group_size, rec.reduce_op
         self.hosted = frozenset(hosted)
@@ -239,7 +240,8 @@ class NeighborParty(Party):
             raise PrismError(f"{rec.algo.value}: ranks {sorted(self.hosted & set(rec.sandbox))} are sandbox ranks, not vranks")
         some = next(iter([*rec.outputs.values(), *rec.inputs.values()]), torch.empty(0))
         self.dtype, self.device = some.dtype, some.device
-        pruned = steps_touching(rec.algo, recorded_geometry(rec), rec.sandbox)
+        if pruned is None:
+            pruned = steps_touching(rec.algo, recorded_geometry(rec), rec.sandbox)
         self.steps = [st for st in pruned if st.src in self.hosted or st.dst in self.hosted]
         self.needed = neighbor_vranks(pruned, rec.sandbox)
         self._dev: dict[int, torch.Tensor | None] = {}  # ring: chunk -> latest deviation seen

@@ -40,6 +40,7 @@ __all__ = [
     "start_party",
     "run_in_process",
     "neighbor_ranks",
+    "pruned_steps",
 ]
 
 
@@ -60,10 +61,16 @@ class NeighborResult:
     num_steps: int
 
 
-def neighbor_ranks(rec: RecordedCollective) -> set[int]:
+def pruned_steps(rec: RecordedCollective) -> list[Step]:
+    """``rec``'s schedule pruned to the steps that touch a sandbox rank (O(n) for a ring of n: compute
+    it once per op and hand it to :func:`neighbor_ranks` and :class:`NeighborParty`)."""
+    return steps_touching(rec.algo, recorded_geometry(rec), rec.sandbox)
+
+
+def neighbor_ranks(rec: RecordedCollective, pruned: Sequence[Step] | None = None) -> set[int]:
     """The vranks that exchange messages with the sandbox ranks and need a live endpoint; every
-    other vrank of the group is pruned."""
-    return neighbor_vranks(steps_touching(rec.algo, recorded_geometry(rec), rec.sandbox), rec.sandbox)
+    other vrank of the group is pruned. ``pruned``: :func:`pruned_steps` of ``rec``, when known."""
+    return neighbor_vranks(pruned_steps(rec) if pruned is None else pruned, rec.sandbox)
 
 
 def _by_step(steps: Sequence[Step]) -> Iterable[tuple[int, list[Step]]]:

@@ -36,7 +36,7 @@ from prism.core.errors import PrismError, RunDirError
 from prism.core.workerspec import error_path
 from prism.graph.io import read_graph
 from prism.graph.records import CommOp, Node
-from prism.nccl_patches import neighbor_ranks
+from prism.nccl_patches import neighbor_ranks, pruned_steps
 from prism.nccl_patches.parties import NeighborParty
 from prism.nccl_patches.pruned import start_party
 from prism.nccl_patches.recorded_store import RecordedStore, collective_key, p2p_key
@@ -181,10 +181,11 @@ class Replayer:
             self.store.prefetch(self._keys(ch, nxt, 0) for nxt in ch.nodes[k + 1 : k + 1 + _PREFETCH_OPS]
                                 if nxt.op is not CommOp.BARRIER)
             for part, rec in enumerate(self._records(ch, node)):
-                hosted = neighbor_ranks(rec)
+                pruned = pruned_steps(rec)
+                hosted = neighbor_ranks(rec, pruned)
                 if not hosted:
                     continue
-                party = NeighborParty(rec, hosted)  # everything but the transfers, before the vranks are due
+                party = NeighborParty(rec, hosted, pruned)  # everything but the transfers, before the vranks are due
                 base = p2p_tag_base(node.seq, part, n, rec.root) if ch.is_p2p else collective_tag_base(node.seq, part, n)
                 if detached is not None:
                     in_flight = [f for f in in_flight if not f.done() or f.result()]
