@@ -2,7 +2,7 @@
 
 The synthetic timing job (sleep compute, dp x pp 1F1B, 8 microbatches, fwd 10 / bwd 20 ms, stage 2
 x1.5 slower, DP replica 1 x1.2 slower) is recorded for real (all W ranks, gloo), captured once
-(recorded data), calibrated slice by slice (S = 2, ``prism calibrate``; each slice measured twice, each node
+(recorded data), calibrated slice by slice (``--slice-size`` S, default 2, ``prism calibrate``; each slice measured twice, each node
 keeping its shortest take) and emulated with 2 sandbox
 ranks while the other W − 2 ranks are vranks on the timed co-simulation clock. The sandbox is
 stage 1 of replica 0 (rank dp) and the slowest rank (stage 2 of replica 1, rank 2·dp + 1).
@@ -155,7 +155,7 @@ def _median_steps(runs: list[list[float]]) -> list[float]:
     return [statistics.median(steps) for steps in zip(*runs, strict=False)]
 
 
-def run_shape(dp: int, pp: int, *, measured: int, repeats: int, real_repeats: int, calibration_repeats: int,
+def run_shape(dp: int, pp: int, *, measured: int, repeats: int, real_repeats: int, calibration_repeats: int, slice_size: int = 2,
               asap: bool, run: Path, reuse: bool, ranks: tuple[int, ...] | None) -> dict:
     skip = load_job(ROOT / "examples/synthetic/job.yaml").iterations.warmup
     job = synthetic_job(dp, pp, skip + measured + 1)  # + a cool-down step (module docstring)
@@ -187,7 +187,7 @@ def run_shape(dp: int, pp: int, *, measured: int, repeats: int, real_repeats: in
             wall["capture"] = time.time() - t0
         t0 = time.time()
         shutil.rmtree(run / "calibration", ignore_errors=True)
-        cal = calibrate_run(run, slice_size=2, skip_steps=skip, repeats=calibration_repeats)
+        cal = calibrate_run(run, slice_size=slice_size, skip_steps=skip, repeats=calibration_repeats)
         wall["calibrate"] = time.time() - t0
         log.warning("W=%d: %d slices calibrated in %.0f s", job.world_size, len(cal.slices), wall["calibrate"])
     timed = read_graph(run / "graph" / "timed")
@@ -229,7 +229,7 @@ def run_shape(dp: int, pp: int, *, measured: int, repeats: int, real_repeats: in
     return {
         "world_size": job.world_size, "dp": dp, "pp": pp, "sandbox_ranks": list(ranks), "args": list(job.args),
         "skip_steps": skip, "measured_steps": measured, "cooldown_steps": 1, "repeats": repeats,
-        "real_repeats": real_repeats, "calibration_repeats": calibration_repeats, "wall_s": wall,
+        "real_repeats": real_repeats, "calibration_repeats": calibration_repeats, "slice_size": slice_size, "wall_s": wall,
         "mean_abs_rel_error": max(abs(v["emulated"]["mean_rel_error"]) for v in rows.values()),
         "max_step_rel_error": max(v["emulated"]["max_rel_error"] for v in rows.values()),
         "ranks": rows,
@@ -283,6 +283,8 @@ def main() -> None:
     p.add_argument("--real-repeats", type=int, default=3, help="real runs per shape; per-step medians are the truth")
     p.add_argument("--calibration-repeats", type=int, default=2,
                    help="takes of each calibration slice (each node keeps its shortest)")
+    p.add_argument("--slice-size", type=int, default=2,
+                   help="real ranks per calibration slice (2 on a 2-core host; more where cores allow)")
     p.add_argument("--asap", action="store_true", help="also run one ASAP emulation (no timed graph)")
     p.add_argument("--keep", default=None, help="directory for the run directories (default: a temporary one)")
     p.add_argument("--reuse", action="store_true", help="with --keep: reuse real runs and timed graphs found there")
@@ -297,7 +299,7 @@ def main() -> None:
         for shape in ns.shapes.split(","):
             dp, pp = (int(x) for x in shape.lower().split("x"))
             res = run_shape(dp, pp, measured=ns.measured, repeats=ns.repeats, real_repeats=ns.real_repeats,
-                            calibration_repeats=ns.calibration_repeats, asap=ns.asap,
+                            calibration_repeats=ns.calibration_repeats, slice_size=ns.slice_size, asap=ns.asap,
                             run=base / f"w{dp * pp}-dp{dp}xpp{pp}", reuse=ns.reuse, ranks=ranks)
             print_shape(res, console)
             results.append(res)

@@ -23,6 +23,7 @@ import argparse
 import json
 import logging
 import math
+import statistics
 import sys
 import tempfile
 import time
@@ -78,16 +79,20 @@ def prepare(world: int, root: Path) -> tuple[Path, float]:
     return run.root, walk_s
 
 
-def measure(world: int, root: Path) -> dict:
+def measure(world: int, root: Path, repeats: int) -> dict:
     run, walk_s = prepare(world, root)
-    res = emulate(run, EmulateOptions(ranks=SANDBOX, timeout_s=900))
-    first = max(v.first_op_done_s for v in res.ranks.values())
+    firsts, walls = [], []
+    for _ in range(repeats):
+        res = emulate(run, EmulateOptions(ranks=SANDBOX, timeout_s=900))
+        firsts.append(max(v.first_op_done_s for v in res.ranks.values()))
+        walls.append(res.wall_s)
     rep = res.replayers[0]
     return {
         "world_size": world,
         "walk_s": walk_s,
-        "launch_to_first_collective_s": first,
-        "wall_s": res.wall_s,
+        "launch_to_first_collective_s": statistics.median(firsts),
+        "launch_to_first_collective_runs_s": firsts,
+        "wall_s": statistics.median(walls),
         "peak_rss_mib": {**{f"rank{r}": v.peak_rss_bytes / 2**20 for r, v in res.ranks.items()},
                          "replayer": rep.peak_rss_bytes / 2**20},
         "connections": {**{f"rank{r}": v.num_connections for r, v in res.ranks.items()},
@@ -101,15 +106,16 @@ def measure(world: int, root: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--worlds", default="1024,8192,65536")
+    p.add_argument("--repeats", type=int, default=3, help="emulations per W (the median is reported)")
     p.add_argument("--json", default="", help="write the figures here")
     ns = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     rows = []
     with tempfile.TemporaryDirectory(prefix="prism-vrank-bench-") as tmp:
         for w in (int(x) for x in ns.worlds.split(",")):
-            rows.append(measure(w, Path(tmp)))
+            rows.append(measure(w, Path(tmp), ns.repeats))
             r = rows[-1]
-            print(f"W={w:>6}  launch->first collective {r['launch_to_first_collective_s']:6.2f} s  "
+            print(f"W={w:>6}  launch->first collective {r['launch_to_first_collective_s']:6.2f} s (median of {ns.repeats})  "
                   f"(walk {r['walk_s']:5.1f} s)  peak RSS MiB {json.dumps(r['peak_rss_mib'])}  "
                   f"connections {json.dumps(r['connections'])}  ops {json.dumps(r['num_ops'])}  "
                   f"diverged {r['diverged_ops']}", flush=True)

@@ -19,7 +19,7 @@ from prism.core.errors import RankFailedError
 from prism.core.ranks import parse_rank_ranges
 from prism.graph.compare import match_ratio
 from prism.sandbox.recording import record_job, walk_rank
-from prism.vrank_replayer import EmulateOptions
+from prism.vrank_replayer import EmulateOptions, captured_losses
 from prism.vrank_replayer.calibrate_run import calibrate_run, ensure_recorded
 from prism.vrank_replayer.emulate_report import emulate_and_report
 from prism.vrank_replayer.fidelity import rank_fidelity, step_errors
@@ -73,7 +73,11 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
         fid = rank_fidelity(r, real, emu.nodes[r], emu.groups, losses=row.get("losses", []),
                             steps_ms=row.get("step_ms", []), peak_memory_bytes=row.get("peak_memory_bytes", -1),
                             skip=skip)
-        rows[r] = {"prism": {**dataclasses.asdict(fid), "oom": row["oom"], "diverged_ops": len(row.get("diverged_ops", [])),
+        collected = captured_losses(run, r)
+        losses = row.get("losses", [])
+        bitwise = collected is not None and len(collected) == len(losses) and all(
+            (math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(losses, collected, strict=True))
+        rows[r] = {"prism": {**dataclasses.asdict(fid), "losses_bitwise_collected": bitwise, "oom": row["oom"], "diverged_ops": len(row.get("diverged_ops", [])),
                              "calibrated_ms": cal.report.ranks[r].calibrated_step_ns / 1e6},
                    "torch_fake": _torch_fake(job, r, real, skip, timeout_s) if torch_fake else None}
     return {"job": job.name, "world_size": job.world_size, "sandbox_ranks": list(ranks), "run_dir": str(run),
@@ -95,13 +99,14 @@ def print_validation(result: dict, console: Console) -> None:
     for r in result["ranks"]:
         table.add_column(f"prism emulate r{r}", justify="right")
         table.add_column(f"torch fake PG r{r}", justify="right")
-    metrics = ["comm signature match", "losses equal real", "iteration time error (mean)",
+    metrics = ["comm signature match", "losses bitwise = collected", "losses equal real", "iteration time error (mean)",
                "iteration time error (max step)", "iteration ms (real)", "peak memory (real)", "peak memory diff"]
     cells = {m: [] for m in metrics}
     for v in result["ranks"].values():
         p, f = v["prism"], v["torch_fake"]
         t = p["time"]
         cells["comm signature match"].append(_pct(p["signature_match"]))
+        cells["losses bitwise = collected"].append("yes" if p.get("losses_bitwise_collected") else "no")
         cells["losses equal real"].append("yes" if p["losses_equal"] else f"no (max rel {p['max_loss_rel_diff']:.1e})")
         cells["iteration time error (mean)"].append(f"{t['mean_rel_error'] * 100:+.2f} %")
         cells["iteration time error (max step)"].append(_pct(t["max_rel_error"]))
@@ -118,6 +123,7 @@ def print_validation(result: dict, console: Console) -> None:
         else:
             ft = f["time"]
             cells["comm signature match"].append(_pct(f["signature_match"]))
+            cells["losses bitwise = collected"].append("—")
             cells["losses equal real"].append("yes" if f["losses_equal"] else "no (garbage values)")
             cells["iteration time error (mean)"].append(f"{ft['mean_rel_error'] * 100:+.2f} % (no peer waits)")
             cells["iteration time error (max step)"].append(_pct(ft["max_rel_error"]))

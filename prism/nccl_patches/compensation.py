@@ -79,8 +79,9 @@ def algo_for(op: CommOp, *, tree: bool = False) -> Algo:
 
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Elementwise bitwise equality (NaN equals the same NaN; -0.0 differs from 0.0). Recorded
-    values live on the host; a sandbox rank's on its device: compare on ``a``'s device."""
-    b = b.to(a.device)
+    values ``b`` live on the host, a sandbox rank's ``a`` may be on its device: compare on the host,
+    since a device copy of the record (or the result) would count in the rank's allocator peak."""
+    a = a.to(b.device)
     view = _BIT_VIEW.get(a.dtype)
     return a.view(view) == b.view(view) if view is not None else a == b
 

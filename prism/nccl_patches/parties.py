@@ -175,7 +175,7 @@ class SandboxParty(Party):
                 # The tree reduces in another order than the collector: where the total equals
                 # the recorded tree total bit for bit, select the collected value.
                 values = RecordedValues(self.recorded)
-                same = bits_equal(total, values.tree_partial(0))
+                same = bits_equal(total, values.tree_partial(0)).to(real.device)
                 self._final = torch.where(same, values.full().to(real.device), real)
         return self._final
 

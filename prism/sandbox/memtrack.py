@@ -4,32 +4,53 @@ A ``TorchDispatchMode`` sees every tensor an op returns; each new storage is cou
 ``nbytes``, until the storage is freed (a weak reference to its Python object, which torch keeps
 alive exactly as long as the storage lives). The peak is deterministic for a deterministic
 program — the same program run twice gives the same bytes — which RSS is not. Storages created
-outside the dispatcher (``torch.from_numpy``, buffers inside a comm backend) are not counted.
+outside the dispatcher (``torch.from_numpy``) and inside a comm backend (:func:`untracked`) are not
+counted.
 
 With a cap (the job's ``memory_cap_bytes``), a new storage that would take the tracked bytes above
 it is not counted and the op raises ``torch.OutOfMemoryError`` — the class CUDA's allocator raises
 — before its result reaches the program, as if the allocation had failed; the result is freed as
-the exception unwinds. Only the dispatching (script) thread is tracked: dispatch modes are
-thread-local, so comm backend threads are outside the count, in record and emulate alike.
+the exception unwinds. Only the script's thread (the one that made the tracker) is tracked: gloo's
+worker threads run with the mode of the thread that queued the work, and what they allocate is
+the backend's, outside the count in record and emulate alike.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["StoragePeakTracker"]
+__all__ = ["StoragePeakTracker", "untracked"]
+
+_backend = threading.local()
+
+
+@contextlib.contextmanager
+def untracked() -> Iterator[None]:
+    """Storages created inside are not counted: a comm backend's own buffers. gloo allocates some
+    on the caller's thread (``_allgather_base`` makes a flat temporary as large as its output, alive
+    until the work completes); NCCL keeps its buffers outside the allocator, and the ``live``
+    engine has none there, so counting them would make the real run's peak depend on the backend
+    and on when its works complete."""
+    before = getattr(_backend, "inside", False)
+    _backend.inside = True
+    try:
+        yield
+    finally:
+        _backend.inside = before
 
 
 class StoragePeakTracker(TorchDispatchMode):
     def __init__(self, *, cap_bytes: int = 0, describe: Callable[[], str] = lambda: "") -> None:
         """``cap_bytes``: 0 = no cap. ``describe()`` names the place in the OOM message (rank, step)."""
         super().__init__()
+        self._script_thread = threading.get_ident()
         self._lock = threading.Lock()
         self._live: dict[int, int] = {}
         self._refs: dict[int, weakref.ref] = {}
@@ -74,6 +95,10 @@ class StoragePeakTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        # A comm backend's threads inherit the mode (ProcessGroupGloo restores the caller's
+        # thread-local state in its workers), but what they allocate is the backend's.
+        if getattr(_backend, "inside", False) or threading.get_ident() != self._script_thread:
+            return out
         for leaf in tree_leaves(out):
             if isinstance(leaf, torch.Tensor):
                 self._track(leaf)

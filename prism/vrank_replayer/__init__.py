@@ -5,7 +5,7 @@ that answer for every other rank; :func:`capture_job` makes recorded data withou
 """
 
 from .clock import AsapClock, Clock, TimedClock
-from .launch import EmulateOptions, EmulateResult, ReplayerResult, SandboxRankResult, capture_job, emulate, with_steps
+from .launch import EmulateOptions, EmulateResult, ReplayerResult, SandboxRankResult, capture_job, captured_losses, emulate, with_steps
 from .plan import Channel, plan_channels
 from .replayer import Replayer, ReplayerSpec
 
@@ -21,6 +21,7 @@ __all__ = [
     "SandboxRankResult",
     "TimedClock",
     "capture_job",
+    "captured_losses",
     "emulate",
     "plan_channels",
     "with_steps",

@@ -265,6 +265,13 @@ def _collect_results(out: Path, world_size: int, ranks, num_replayers: int, laun
     return EmulateResult(world_size, per_rank, tuple(reps), wall, out, kind)
 
 
+def captured_losses(run_dir: str | Path, rank: int) -> tuple[float, ...] | None:
+    """The losses ``rank`` had in the capture run (whose comm values are the recorded ones), or None
+    when RUN/capture/ has no result for it."""
+    path = _live_path(Path(run_dir) / "capture" / "workers", rank)
+    return tuple(json.loads(path.read_text())["losses"]) if path.is_file() else None
+
+
 def capture_job(job: JobConfig, run_dir: str | Path, *, derive_for: tuple[int, ...] = (),
                 timeout_s: float = 600.0) -> Path:
     """Run all W ranks as sandbox ranks with prism's ring order and save every rank's comm

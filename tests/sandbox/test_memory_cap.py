@@ -67,3 +67,39 @@ def test_sizes_and_the_job_key(tmp_path):
     assert job_from_dict({**base, "memory_cap_bytes": 1 << 20}, base_dir=tmp_path).memory_cap_bytes == 1 << 20
     with pytest.raises(ConfigError, match="memory_cap_bytes: must be >= 0"):
         job_from_dict({**base, "memory_cap_bytes": -1}, base_dir=tmp_path)
+
+
+
+def test_a_comm_backends_buffers_are_not_the_scripts():
+    # gloo allocates temporaries on the caller's thread (an all-gather's flat buffers): none of
+    # them is the script's memory (the live engine has none, NCCL keeps its own outside the
+    # allocator). The engines call their backend under untracked(); the script's tensors count.
+    import datetime
+
+    import torch.distributed as dist
+
+    from prism.sandbox.memtrack import untracked
+
+    pg = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, datetime.timedelta(seconds=30))
+    inp, out = torch.ones(1000), torch.empty(1000)
+    tracker = StoragePeakTracker()
+    with tracker:
+        with untracked():
+            pg._allgather_base(out, inp).wait()
+        assert tracker.peak_bytes == 0
+        mine = torch.zeros(250)
+    assert tracker.peak_bytes == mine.nbytes == 1000
+
+
+def test_only_the_scripts_thread_is_counted_even_where_another_thread_runs_the_mode():
+    # ProcessGroupGloo's worker threads run with the dispatch mode of the thread that queued the
+    # work; what they allocate is the backend's.
+    import threading
+
+    tracker = StoragePeakTracker()
+    other = threading.Thread(target=lambda: [tracker.__enter__(), torch.zeros(1000), tracker.__exit__(None, None, None)])
+    with tracker:
+        mine = torch.zeros(100)
+        other.start()
+        other.join()
+    assert tracker.peak_bytes == mine.nbytes == 400

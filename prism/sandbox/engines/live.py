@@ -61,6 +61,7 @@ from prism.nccl_patches.vplan import (
     transport_prefix,
 )
 
+from ..memtrack import untracked
 from .base import CommEngine, CommRequest, GroupHandle
 
 __all__ = ["LiveEngine", "live_result_path"]
@@ -90,6 +91,9 @@ class _Channel:
     def _loop(self) -> None:
         while (item := self.queue.get()) is not None:
             self._run(*item)
+            # Until the next op arrived, ``item`` would keep this op's tensors alive, which the
+            # script has freed: they would count in the rank's allocator peak.
+            del item
 
 
 @dataclass(slots=True)
@@ -179,7 +183,8 @@ class LiveEngine(CommEngine):
             channel = ("p", gid, src, dst)
         else:
             channel = ("c", gid)
-        snapshot = [t.detach().clone() for t in request.inputs] if self.capture_dir else None
+        with untracked():  # prism's own buffers on the script's thread, like a backend's
+            snapshot = [t.detach().clone() for t in request.inputs] if self.capture_dir else None
         ch = self._channels.get(channel) or self._new_channel(channel, request)
         if self._recorded is not None and not ch.preloaded and request.op is not CommOp.RECV:
             self._recorded.prefetch(self._key(request, 0, seq=s)
@@ -189,7 +194,8 @@ class LiveEngine(CommEngine):
             ch.queue.put((self._run, request, future, snapshot))
             return future
         try:
-            posted = self._post_p2p(request, transport)
+            with untracked():
+                posted = self._post_p2p(request, transport)
         except BaseException as e:  # noqa: BLE001 - delivered to the waiter
             future.set_exception(e)
             return future
@@ -301,8 +307,16 @@ class LiveEngine(CommEngine):
         if req.op in (CommOp.SEND, CommOp.RECV):
             src, dst = self._ends(req)
             root, peer = g.to_group_rank(src), g.to_group_rank(dst)
-        parts = op_parts(req.op, req.inputs, n=n, group_rank=me, root=root, peer=peer, flat=req.flat,
-                         in_splits=req.in_splits, out_splits=req.out_splits, outputs=req.outputs, what=what)
+        inputs, outputs = req.inputs, req.outputs
+        if any(t.is_cuda for t in (*inputs, *outputs)):
+            # As ProcessGroupGloo does with CUDA tensors (and the transports are gloo): the data is
+            # copied to the host, the algorithm runs there, the results are copied back. The
+            # collective holds no device memory of its own, like NCCL's buffers, so the rank's
+            # allocator peak is the real run's.
+            inputs = [t.detach().cpu() for t in inputs]
+            outputs = [torch.empty(t.shape, dtype=t.dtype) for t in outputs]
+        parts = op_parts(req.op, inputs, n=n, group_rank=me, root=root, peer=peer, flat=req.flat,
+                         in_splits=req.in_splits, out_splits=req.out_splits, outputs=outputs, what=what)
         reduce_op = "sum" if req.op is CommOp.BARRIER else (req.reduce_op if req.op in _REDUCING else "")
         outs: list[torch.Tensor | None] = []
         diverged = False

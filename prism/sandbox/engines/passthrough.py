@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from prism.graph.records import CommOp
 
+from ..memtrack import untracked
 from .base import CommEngine, CommRequest, GroupHandle
 
 __all__ = ["PassthroughEngine"]
@@ -108,7 +109,8 @@ class PassthroughEngine(CommEngine):
     def submit(self, req: CommRequest) -> torch.futures.Future:
         pg = self._backend_for(req)
         staged = _host_copy(req) if isinstance(pg, dist.ProcessGroupGloo) else None
-        works = self._start(pg, staged or req)
+        with untracked():
+            works = self._start(pg, staged or req)
         futures = [self._future_of(w, req) for w in works]
         done = torch.futures.collect_all(futures) if len(futures) != 1 else futures[0]
         size = req.group.size
@@ -157,17 +159,18 @@ class PassthroughEngine(CommEngine):
 
     @staticmethod
     def _wait_loop(waits: queue.SimpleQueue) -> None:
-        while True:
-            item = waits.get()
-            if item is None:
-                return
+        while (item := waits.get()) is not None:
             work, future = item
+            del item
             try:
                 work.wait()
             except Exception as e:  # noqa: BLE001 - handed to the waiter
                 future.set_exception(e)
             else:
                 future.set_result(None)
+            # The work holds the op's tensors: kept until the next op arrived, they would count
+            # in the rank's memory peak after the script freed them (a plain gloo run frees them).
+            del work, future
 
     def _start(self, pg, req: CommRequest) -> list:
         op, g = req.op, req.group
