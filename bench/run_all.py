@@ -12,11 +12,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 
+# (script, arguments); each writes its JSON where --out says (collect_templates: --json, its
+# --out is a run directory).
 BENCHMARKS = [
     ("simulate_accuracy.py", []),
     ("mesh_scale.py", ["--repeats", "3"]),
     ("collect_w32.py", []),
-    ("vrank_scale.py", []),
+    ("vrank_scale.py", ["--repeats", "3"]),
+    ("collect_templates.py", ["--compare-full"]),
+    ("validate_models.py", []),
+    ("emulate_fidelity.py", []),  # the timing target needs ≥ 16 cores (docs/emulate.md)
 ]
 
 
@@ -28,7 +33,8 @@ def main() -> int:
             continue
         out = RESULTS / script.replace(".py", ".json")
         print(f"== {script}", flush=True)
-        code = subprocess.call([sys.executable, str(HERE / script), *args, "--out", str(out)])
+        flag = "--json" if script == "collect_templates.py" else "--out"
+        code = subprocess.call([sys.executable, str(HERE / script), *args, flag, str(out)])
         if code:
             failed.append(script)
     if failed:

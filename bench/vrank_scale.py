@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--worlds", default="1024,8192,65536")
     p.add_argument("--repeats", type=int, default=3, help="emulations per W (the median is reported)")
-    p.add_argument("--json", default="", help="write the figures here")
+    p.add_argument("--out", "--json", dest="json", default="", help="write the figures here (JSON)")
     ns = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     rows = []
