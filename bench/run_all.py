@@ -12,28 +12,26 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 
-# (script, arguments); each writes its JSON where --out says (collect_templates: --json, its
-# --out is a run directory).
+# (script, arguments, the flag that takes the JSON path: collect_templates' --out is a run directory)
 BENCHMARKS = [
-    ("simulate_accuracy.py", []),
-    ("mesh_scale.py", ["--repeats", "3"]),
-    ("collect_w32.py", []),
-    ("vrank_scale.py", ["--repeats", "3"]),
-    ("collect_templates.py", ["--compare-full"]),
-    ("validate_models.py", []),
-    ("emulate_fidelity.py", []),  # the timing target needs ≥ 16 cores (docs/emulate.md)
+    ("simulate_accuracy.py", [], "--out"),
+    ("mesh_scale.py", ["--repeats", "3"], "--out"),
+    ("collect_w32.py", [], "--out"),
+    ("vrank_scale.py", ["--repeats", "3"], "--out"),
+    ("collect_templates.py", ["--compare-full"], "--json"),
+    ("validate_models.py", [], "--out"),
+    ("emulate_fidelity.py", [], "--out"),  # the timing target needs ≥ 16 cores (docs/emulate.md)
 ]
 
 
 def main() -> int:
     RESULTS.mkdir(exist_ok=True)
     failed = []
-    for script, args in BENCHMARKS:
+    for script, args, flag in BENCHMARKS:
         if not (HERE / script).exists():
             continue
         out = RESULTS / script.replace(".py", ".json")
         print(f"== {script}", flush=True)
-        flag = "--json" if script == "collect_templates.py" else "--out"
         code = subprocess.call([sys.executable, str(HERE / script), *args, flag, str(out)])
         if code:
             failed.append(script)

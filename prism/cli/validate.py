@@ -22,7 +22,7 @@ from prism.sandbox.recording import record_job, walk_rank
 from prism.vrank_replayer import EmulateOptions, captured_losses
 from prism.vrank_replayer.calibrate_run import calibrate_run, ensure_recorded
 from prism.vrank_replayer.emulate_report import emulate_and_report
-from prism.vrank_replayer.fidelity import rank_fidelity, step_errors
+from prism.vrank_replayer.fidelity import losses_bitwise_equal, losses_equal, rank_fidelity, step_errors
 
 HELP = "record, calibrate and emulate a job, and compare with the real run and PyTorch's fake PG"
 
@@ -46,9 +46,7 @@ def _torch_fake(job, rank: int, real, skip: int, timeout_s: float) -> dict:
     summary = real.summaries.get(rank)
     losses = list(rec.summary.losses)
     real_losses = list(summary.losses) if summary else []
-    equal = len(losses) == len(real_losses) and all(
-        (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-5 * max(abs(b), 1e-30)
-        for a, b in zip(losses, real_losses, strict=False))
+    equal = losses_equal(losses, real_losses)
     t = step_errors([s / 1e6 for s in rec.summary.step_times_ns],
                     [s / 1e6 for s in summary.step_times_ns] if summary else [], skip)
     return {"status": "ran", "signature_match": match_ratio(real.nodes[rank], real.groups, rec.nodes,
@@ -74,9 +72,7 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
                             steps_ms=row.get("step_ms", []), peak_memory_bytes=row.get("peak_memory_bytes", -1),
                             skip=skip)
         collected = captured_losses(run, r)
-        losses = row.get("losses", [])
-        bitwise = collected is not None and len(collected) == len(losses) and all(
-            (math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(losses, collected, strict=True))
+        bitwise = collected is not None and losses_bitwise_equal(row.get("losses", []), collected)
         rows[r] = {"prism": {**dataclasses.asdict(fid), "losses_bitwise_collected": bitwise, "oom": row["oom"], "diverged_ops": len(row.get("diverged_ops", [])),
                              "calibrated_ms": cal.report.ranks[r].calibrated_step_ns / 1e6},
                    "torch_fake": _torch_fake(job, r, real, skip, timeout_s) if torch_fake else None}

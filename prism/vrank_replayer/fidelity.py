@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from prism.graph.compare import match_ratio
 from prism.graph.records import Graph, GroupInfo, Node
 
-__all__ = ["StepError", "RankFidelity", "step_errors", "rank_fidelity"]
+__all__ = ["StepError", "RankFidelity", "step_errors", "rank_fidelity", "losses_equal", "losses_bitwise_equal"]
+
+LOSS_REL_TOLERANCE = 1e-5
+"""Losses of a prism run and of the real gloo run differ by rounding only (reduction order)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,18 +62,29 @@ def _loss_diff(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-30)
 
 
+def losses_equal(got: Sequence[float], want: Sequence[float]) -> bool:
+    """Same number of losses, each within :data:`LOSS_REL_TOLERANCE` (NaN equals NaN)."""
+    return len(got) == len(want) and all(
+        _loss_diff(a, b) <= LOSS_REL_TOLERANCE for a, b in zip(got, want, strict=True))
+
+
+def losses_bitwise_equal(got: Sequence[float], want: Sequence[float]) -> bool:
+    """Same number of losses, each the same float (NaN equals NaN)."""
+    return len(got) == len(want) and all(
+        (math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(got, want, strict=True))
+
+
 def rank_fidelity(rank: int, real: Graph, nodes: Sequence[Node], groups: dict[str, GroupInfo], *,
                   losses: Sequence[float], steps_ms: Sequence[float], peak_memory_bytes: int,
                   skip: int) -> RankFidelity:
     summary = real.summaries.get(rank)
     real_losses = list(summary.losses) if summary else []
     diffs = [_loss_diff(a, b) for a, b in zip(losses, real_losses, strict=False)]
-    same_len = len(losses) == len(real_losses)
     real_steps = [s / 1e6 for s in summary.step_times_ns] if summary else []
     return RankFidelity(
         rank=rank,
         signature_match=match_ratio(real.nodes[rank], real.groups, nodes, groups),
-        losses_equal=same_len and all(d <= 1e-5 for d in diffs),
+        losses_equal=losses_equal(losses, real_losses),
         max_loss_rel_diff=max(diffs, default=math.nan),
         time=step_errors(steps_ms, real_steps, skip),
         peak_memory_bytes=peak_memory_bytes,
