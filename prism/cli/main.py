@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import logging
+import signal
 import sys
+from collections.abc import Iterator
 
 from rich.console import Console
 from rich.logging import RichHandler
@@ -14,6 +18,30 @@ from prism.core.errors import PrismError, RankFailedError, RankOOMError
 from . import EXIT_OOM, calibrate, collect, demo, emulate, export, record, simulate, validate, walk
 
 __all__ = ["main"]
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread like SIGINT's KeyboardInterrupt, so that the
+    same cleanup runs: every ``with Supervisor`` stops its processes, atomic writes roll back."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, _frame) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGTERM/SIGHUP stop the command as SIGINT does (Python's default would exit at once:
+    the workers would die with us, but no cleanup would run)."""
+    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 COMMANDS = {"record": record, "collect": collect, "simulate": simulate, "walk": walk, "export": export, "demo": demo,
             "emulate": emulate, "calibrate": calibrate, "validate": validate}
@@ -36,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(show_path=False)])
     err = Console(stderr=True)
     try:
-        return int(args.handler(args) or 0)
+        with _stop_on_signals():
+            return int(args.handler(args) or 0)
     except RankOOMError as e:
         for o in e.ooms:
             asked = f"tried to allocate {o.requested_bytes} B" if o.requested_bytes >= 0 else "allocation failed"
@@ -46,15 +75,22 @@ def main(argv: list[str] | None = None) -> int:
         err.print(e.traceback_text.rstrip(), markup=False, highlight=False)
         return EXIT_OOM
     except RankFailedError as e:
-        err.print(f"[bold red]error:[/] rank {e.rank} failed")
+        err.print(f"[bold red]error:[/] {e.part} failed", highlight=False)
         err.print(e.traceback_text.rstrip(), markup=False, highlight=False)
         return 1
     except PrismError as e:
         err.print(f"[bold red]error:[/] {e}", markup=True, highlight=False)
         return 2
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        return 130
+    except KeyboardInterrupt as e:
+        signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+        err.print(f"[bold red]interrupted:[/] prism {args.command} stopped by {signal.Signals(signum).name}; "
+                  "every process of the run was stopped and no partial graph or payloads were written",
+                  highlight=False)
+        return 128 + signum  # as a shell reports it: 130 for Ctrl-C
+    finally:
+        # The interpreter's last collection walks every object torch created: seconds on a loaded
+        # host between the run's end and the shell prompt. Nothing left needs collecting.
+        gc.freeze()
 
 
 if __name__ == "__main__":

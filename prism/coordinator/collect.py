@@ -17,13 +17,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import shutil
+import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from prism.core.atomic import install_directory, make_temp_dir, remove_stale_temporaries
 from prism.core.config import JobConfig
 from prism.core.errors import PrismError, RankFailedError
 from prism.core.ranks import parse_rank_ranges
@@ -117,21 +118,35 @@ def collect_job(job: JobConfig, run_dir: str | Path, options: CollectOptions | N
                 on_progress: Callable[[CollectProgress], None] | None = None) -> CollectResult:
     """Collect the bare graph of ``job`` into ``run_dir`` (RUN/graph/bare, RUN/payloads)."""
     options = options or CollectOptions()
-    num_slots = options.slots or job.slots
     run = RunDir(Path(run_dir))
-    run.root.mkdir(parents=True, exist_ok=True)
-    run.save_job(job)
-    if run.payloads.exists():
-        shutil.rmtree(run.payloads)
-    switcher = options.switcher or make_switcher(job.device)
-    store = PayloadStore(run.payloads)
-    recorded = None
     if job.comm_inputs.source == "recorded":
         source = Path(job.base_dir) / job.comm_inputs.run
         if source.resolve() == run.root.resolve():
             raise PrismError(f"comm_inputs.run: {source} is the run being written; collect into another directory")
-        recorded = RecordedValues(source)
-    pruned = (PrunedDataRecorder(run.root, parse_rank_ranges(job.values.ranks, job.world_size),
+    run.root.mkdir(parents=True, exist_ok=True)
+    for directory in (run.root, run.root / "graph", run.payloads):
+        remove_stale_temporaries(directory)  # of a collection that was killed
+    # Everything is built in a staging directory inside RUN and installed only when the run
+    # succeeded: a failed, interrupted or killed collection leaves RUN as it was.
+    staging = make_temp_dir(run.root, "collect")
+    try:
+        result = _collect(job, run, staging, options, on_progress)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    log.info("collected %d of %d ranks of %s on %d slots in %.1f s", result.num_ranks_run, job.world_size, job.name,
+             result.num_slots, result.wall_s)
+    return result
+
+
+def _collect(job: JobConfig, run: RunDir, staging: Path, options: CollectOptions,
+             on_progress: Callable[[CollectProgress], None] | None) -> CollectResult:
+    num_slots = options.slots or job.slots
+    switcher = options.switcher or make_switcher(job.device)
+    store = PayloadStore(staging / "payloads")
+    store.directory.mkdir()
+    recorded = RecordedValues(Path(job.base_dir) / job.comm_inputs.run) if job.comm_inputs.source == "recorded" else None
+    # PrunedDataRecorder writes under <its root>/payloads/pruned, here staging/payloads/pruned.
+    pruned = (PrunedDataRecorder(staging, parse_rank_ranges(job.values.ranks, job.world_size),
                                  tree_all_reduce=policy_from_env(job.env).tree_all_reduce)
               if job.values.ranks and job.values.record != "none" else None)
     perms = _replicas(job)
@@ -143,7 +158,8 @@ def collect_job(job: JobConfig, run_dir: str | Path, options: CollectOptions | N
     state = RunState(job.world_size, num_slots, switcher=switcher, payloads=store,
                      policy=PayloadPolicy.from_config(job.values, job.world_size), recorded=recorded, pruned=pruned,
                      ranks=ranks, rules=rules, rules_first=job.comm_inputs.source == "rules")
-    work = Path(tempfile.mkdtemp(prefix="prism-collect-"))
+    work = staging / "work"
+    work.mkdir()
     server = CoordinatorServer(state, bind=options.bind, token=options.token, max_workers=job.world_size + 16)
     engine_options = {"address": options.address or server.address, "token": options.token}
     env = package_env()
@@ -183,17 +199,27 @@ def collect_job(job: JobConfig, run_dir: str | Path, options: CollectOptions | N
     graph = assemble_bare_graph(job, records, store=store, meta=meta)
     if perms:
         graph = _templated(graph, perms, records)
-    write_graph(graph, run.graph_dir("bare"))
+    write_graph(graph, staging / "bare")
+    _install(run, job, staging)
     graph = expand(graph)
-    shutil.rmtree(work, ignore_errors=True)
-    log.info("collected %d of %d ranks of %s on %d slots in %.1f s", len(state.ranks), job.world_size, job.name,
-             num_slots, wall_s)
     return CollectResult(
         graph=graph, wall_s=wall_s, num_slots=num_slots, num_context_switches=state.stats.num_context_switches,
         num_grants=state.stats.num_grants, num_collectives=state.stats.num_collectives,
         num_p2p=state.stats.num_p2p, max_active=state.max_active, swaps=switcher.stats.as_dict(),
         payload_bytes=store.num_bytes_written, num_ranks_run=len(state.ranks), num_by_rule=state.stats.num_by_rule,
     )
+
+
+def _install(run: RunDir, job: JobConfig, staging: Path) -> None:
+    """Install the job, payloads and bare graph of a finished collection. The old bare graph goes
+    first and the new one comes last, so RUN never pairs a graph with another run's payloads:
+    a kill in between leaves no bare graph (the collection did not finish)."""
+    bare = run.graph_dir("bare")
+    if bare.exists():
+        os.replace(bare, staging / "old-bare")
+    run.save_job(job)
+    install_directory(staging / "payloads", run.payloads)
+    install_directory(staging / "bare", bare)
 
 
 def _replicas(job: JobConfig) -> list[tuple[int, ...]] | None:

@@ -17,13 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from prism.core.atomic import atomic_write_text
 from prism.core.config import ValuesPolicy
+from prism.core.errors import RunDirError
 from prism.core.ranks import parse_rank_ranges
 
-__all__ = ["PayloadPolicy", "PayloadStore", "payload_hash", "load_payload", "op_key"]
+__all__ = ["PayloadPolicy", "PayloadStore", "payload_hash", "load_payload", "op_key", "write_error"]
 
 
 def op_key(rank: int, group_id: str, seq: int, kind: str) -> str:
@@ -80,8 +82,11 @@ class PayloadStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"{digest}.safetensors"
         tmp = path.with_suffix(".tmp")
-        save_file({str(i): t.detach().contiguous().clone() for i, t in enumerate(tensors)}, str(tmp))
-        tmp.replace(path)
+        try:
+            save_file({str(i): t.detach().contiguous().clone() for i, t in enumerate(tensors)}, str(tmp))
+            tmp.replace(path)
+        except (OSError, SafetensorError) as e:
+            raise write_error(path, e) from e
         with self._lock:
             self.num_bytes_written += path.stat().st_size
         return digest
@@ -93,4 +98,15 @@ class PayloadStore:
     def write_index(self) -> None:
         if self.index:
             self.directory.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.directory / "index.json", json.dumps(self.index, indent=0, sort_keys=True))
+            path = self.directory / "index.json"
+            try:
+                atomic_write_text(path, json.dumps(self.index, indent=0, sort_keys=True))
+            except OSError as e:
+                raise write_error(path, e) from e
+
+
+def write_error(path: Path, error: Exception) -> RunDirError:
+    """A failed write of recorded data as the error that stops the run: the file and the cause."""
+    cause = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+    return RunDirError(f"{path}: cannot write recorded data: {cause}; the collection was stopped "
+                       f"(free space on that file system, or collect into another directory)")

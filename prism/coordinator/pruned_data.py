@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
 from prism.nccl_patches.recorded_store import (
     record_for_values_ranks,
@@ -23,6 +24,7 @@ from prism.nccl_patches.recorded_store import (
 from prism.rpc import CommHeader
 
 from .executor import Arrival
+from .payloads import write_error
 
 __all__ = ["PrunedDataRecorder"]
 
@@ -47,25 +49,34 @@ class PrunedDataRecorder:
             # Ranks whose inputs the op ignores (broadcast/scatter non-roots) hand in none; any
             # filler of the right shape stands in for them.
             inputs = [x if x else [torch.zeros_like(t) for t in full] for x in inputs]
-        record_for_values_ranks(
-            self.run_dir, h0.group_id, h0.seq, h0.op, h0.reduce_op, h0.group_ranks,
-            inputs, self.ranks, root=h0.root, flat=h0.flat,
-            in_splits_by_group_rank=[list(a.header.in_splits) for a in arrivals],
-            tree_all_reduce=self.tree_all_reduce,
-        )
+        try:
+            record_for_values_ranks(
+                self.run_dir, h0.group_id, h0.seq, h0.op, h0.reduce_op, h0.group_ranks,
+                inputs, self.ranks, root=h0.root, flat=h0.flat,
+                in_splits_by_group_rank=[list(a.header.in_splits) for a in arrivals],
+                tree_all_reduce=self.tree_all_reduce,
+            )
+        except (OSError, SafetensorError) as e:
+            raise write_error(recorded_dir(self.run_dir, self.ranks), e) from e
         self.num_records += 1
 
     def message(self, send: Arrival, recv: CommHeader) -> None:
         h = send.header
         if not self._wanted.intersection((h.rank, recv.rank)):
             return
-        record_p2p_for_values_ranks(self.run_dir, h.group_id, h.group_ranks, h.rank, recv.rank, h.seq,
-                                    send.inputs, self.ranks)
+        try:
+            record_p2p_for_values_ranks(self.run_dir, h.group_id, h.group_ranks, h.rank, recv.rank, h.seq,
+                                        send.inputs, self.ranks)
+        except (OSError, SafetensorError) as e:
+            raise write_error(recorded_dir(self.run_dir, self.ranks), e) from e
         self.num_records += 1
 
     def close(self) -> Path:
         directory = recorded_dir(self.run_dir, self.ranks)
-        directory.mkdir(parents=True, exist_ok=True)
-        write_index(directory)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            write_index(directory)
+        except OSError as e:
+            raise write_error(directory / "index.json", e) from e
         log.info("stored pruned-collective data of ranks %s: %d ops", self.ranks, self.num_records)
         return directory

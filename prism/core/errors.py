@@ -36,14 +36,17 @@ class GraphError(PrismError):
 
 
 class RankFailedError(PrismError):
-    """A logical rank's program raised; carries the rank and its traceback."""
+    """A process of the run failed (a logical rank's program raised, or a rank or a replayer
+    died); carries its supervisor key, what it is (``part``: "rank 3", "replayer 0") and its
+    traceback or exit reason."""
 
-    def __init__(self, rank: int, traceback_text: str, *, exit_code: int | None = None) -> None:
+    def __init__(self, rank: int, traceback_text: str, *, exit_code: int | None = None, part: str = "") -> None:
         self.rank = rank
         self.traceback_text = traceback_text
         self.exit_code = exit_code
+        self.part = part or f"rank {rank}"
         detail = traceback_text.rstrip() or f"exited with code {exit_code}"
-        super().__init__(f"rank {rank} failed:\n{detail}")
+        super().__init__(f"{self.part} failed:\n{detail}")
 
 
 class RankOOMError(RankFailedError):

@@ -1,5 +1,9 @@
 """Start and watch a set of worker processes; the first failure stops them all.
 
+Each process has a key (the logical rank, or a key past the world for a replayer) and a name
+that errors use ("rank 3", "replayer 0"). When several processes are found dead at once, the one
+killed by a signal is reported: its peers exit with an error only because it vanished.
+
 Workers run in their own sessions and die with the supervisor (PR_SET_PDEATHSIG, set between
 fork and exec), so no orphan survives even a SIGKILL of the supervisor. A failing worker's
 traceback is read from its error file (``workerspec.error_path``) or, failing that, the tail of
@@ -31,6 +35,13 @@ def _die_with_supervisor() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return "unknown signal"
+
+
 def package_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for a worker: ours, plus ``extra``, with this prism importable."""
     env = dict(os.environ)
@@ -50,9 +61,11 @@ class Supervisor:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.procs: dict[int, subprocess.Popen] = {}
+        self.names: dict[int, str] = {}
         self._logs: list = []
 
-    def start(self, rank: int, argv: Sequence[str], env: dict[str, str]) -> subprocess.Popen:
+    def start(self, rank: int, argv: Sequence[str], env: dict[str, str], *, name: str = "") -> subprocess.Popen:
+        """Start the process of key ``rank``; ``name`` (default "rank <rank>") is how errors name it."""
         log_file = open(self.log_dir / f"rank-{rank:05d}.log", "wb")  # noqa: SIM115 - closed in close()
         self._logs.append(log_file)
         proc = subprocess.Popen(
@@ -60,6 +73,7 @@ class Supervisor:
             start_new_session=True, preexec_fn=_die_with_supervisor,
         )
         self.procs[rank] = proc
+        self.names[rank] = name or f"rank {rank}"
         return proc
 
     def failure_text(self, rank: int, code: int) -> str:
@@ -68,23 +82,24 @@ class Supervisor:
             return err.read_text()
         log_file = self.log_dir / f"rank-{rank:05d}.log"
         tail = log_file.read_text(errors="replace")[-4000:] if log_file.exists() else ""
-        reason = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        reason = f"killed by signal {-code} ({_signal_name(-code)})" if code < 0 else f"exited with code {code}"
         return f"{reason}; last output:\n{tail}" if tail else reason
 
     def poll(self) -> list[int]:
         """Ranks that finished successfully since the last call; raises on the first failure."""
-        done = []
+        done, failed = [], []
         for rank, p in list(self.procs.items()):
             code = p.poll()
             if code is None:
                 continue
             del self.procs[rank]
-            if code != 0:
-                text = self.failure_text(rank, code)
-                self.kill_all()
-                raise RankFailedError(rank, text, exit_code=code)
-            done.append(rank)
-        return done
+            (failed if code != 0 else done).append((rank, code))
+        if failed:
+            rank, code = min(failed, key=lambda f: (f[1] > 0, f[0]))  # killed by a signal first
+            text = self.failure_text(rank, code)
+            self.kill_all()
+            raise RankFailedError(rank, text, exit_code=code, part=self.names.get(rank, ""))
+        return [rank for rank, _ in done]
 
     def wait_all(
         self,

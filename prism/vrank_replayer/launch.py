@@ -158,16 +158,14 @@ def _start_store(timeout_s: float) -> tuple[dist.TCPStore, str]:
 def _supervise(out_dir: Path, world_size: int, starts: list[tuple[int, list[str]]], timeout_s: float) -> None:
     env = package_env()
     with Supervisor(error_dir=out_dir, log_dir=out_dir / "logs") as sup:
-        for key, argv in starts:
-            sup.start(key, argv, env)
+        for key, argv in starts:  # replayer i runs under key world_size + i
+            sup.start(key, argv, env, name=f"replayer {key - world_size}" if key >= world_size else "")
         try:
             sup.wait_all(timeout_s=timeout_s)
         except RankFailedError as e:
             oom = with_ooms(e, out_dir)  # a peer (or a replayer) may fail first on its lost connection
             if oom is not e:
                 raise oom from e
-            if e.rank >= world_size:  # a replayer: its error text says which
-                raise RankFailedError(e.rank, e.traceback_text, exit_code=e.exit_code) from None
             raise
 
 
