@@ -164,9 +164,17 @@ class Cli:
         full_env = dict(os.environ, **{TAG_VAR: self.tag}, **(env or {}))
         full_env["PYTHONPATH"] = str(ROOT) + (os.pathsep + full_env["PYTHONPATH"] if full_env.get("PYTHONPATH") else "")
         full_env["COLUMNS"] = "200"
+
+        def setup() -> None:
+            # As in a terminal's foreground: a shell starts background jobs with SIGINT ignored,
+            # and Python then installs no KeyboardInterrupt handler.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            if preexec:
+                preexec()
+
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen([sys.executable, "-m", "prism.cli.main", *args], env=full_env,
-                                         stdout=out, stderr=err, cwd=cwd or work, preexec_fn=preexec)
+                                         stdout=out, stderr=err, cwd=cwd or work, preexec_fn=setup)
 
     def wait(self, timeout_s: float) -> int | None:
         try:

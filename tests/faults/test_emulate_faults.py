@@ -1,0 +1,60 @@
+"""emulate under faults: a replayer killed, the CLI interrupted. Each stops within 10 s, names the
+part and the cause, and leaves no process (a sandbox rank killed with -9: tests/sandbox and
+bench/faults.py)."""
+
+import signal
+import time
+
+import pytest
+
+from prism.coordinator import CollectOptions, collect_job
+from prism.core.config import load_job
+
+from .conftest import STOP_BOUND_S, write_job
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory):
+    """A collected run of faults4 with the recorded data of sandbox ranks 0 and 1."""
+    root = tmp_path_factory.mktemp("faults-emulate")
+    collect_job(load_job(write_job(root)), root / "run", CollectOptions(timeout_s=240))
+    return root / "run"
+
+
+def start_emulation(cli, run):
+    c = cli("emulate", str(run), "--ranks", "0,1", "--timeout", "120")
+    c.wait_for_log(str(run / "emulations/*/logs/rank-00000.log"))
+    return c
+
+
+def test_kill_9_of_a_replayer_stops_the_emulation_naming_the_replayer(collected, cli):
+    c = start_emulation(cli, collected)
+    c.find("replayer-000.spec.json").kill()
+    t0 = time.monotonic()
+    assert c.seconds_to_exit(t0) < STOP_BOUND_S
+    assert c.proc.returncode == 1
+    assert "replayer 0 failed" in c.stderr
+    assert "killed by signal 9 (SIGKILL)" in c.stderr
+    assert c.left_processes() == []
+
+
+def test_sigint_stops_the_emulation_and_every_process(collected, cli):
+    c = start_emulation(cli, collected)
+    t0 = time.monotonic()
+    c.proc.send_signal(signal.SIGINT)
+    assert c.seconds_to_exit(t0) < STOP_BOUND_S
+    assert c.proc.returncode == 130
+    assert "prism emulate stopped by SIGINT" in c.stderr
+    assert c.left_processes() == []
+
+
+def test_sigterm_stops_the_emulation_like_sigint(collected, cli):
+    c = start_emulation(cli, collected)
+    t0 = time.monotonic()
+    c.proc.send_signal(signal.SIGTERM)
+    assert c.seconds_to_exit(t0) < STOP_BOUND_S
+    assert c.proc.returncode == 128 + signal.SIGTERM
+    assert "prism emulate stopped by SIGTERM" in c.stderr
+    assert c.left_processes() == []
