@@ -2,6 +2,7 @@
 part and the cause, and leaves no process (a sandbox rank killed with -9: tests/sandbox and
 bench/faults.py)."""
 
+import shutil
 import signal
 import time
 
@@ -24,6 +25,7 @@ def collected(tmp_path_factory):
 
 
 def start_emulation(cli, run):
+    shutil.rmtree(run / "emulations", ignore_errors=True)  # the log we wait for is the new run's
     c = cli("emulate", str(run), "--ranks", "0,1", "--timeout", "120")
     c.wait_for_log(str(run / "emulations/*/logs/rank-00000.log"))
     return c
