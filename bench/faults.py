@@ -9,7 +9,9 @@ injected mid-run (after some rank printed "step 2"), or the run directory is dam
 Measured per case:
 
 * ``stop_s``: seconds from the fault to the CLI's exit (for a fault that kills the CLI itself:
-  to the moment no process of the run is left);
+  to the moment no process of the run is left; for a file damaged before the launch: launch to
+  exit, ``wall_s``, minus the CLI's own startup, ``cli_startup_s``: the imports every command
+  pays, which on a loaded 2-core host alone take several seconds);
 * ``message``: the CLI's error lines, and whether they name the part (``names_part``) and the
   cause (``names_cause``);
 * ``left_processes``: processes of the run still alive 2 s after the CLI exited;
@@ -63,6 +65,8 @@ class Outcome:
     fault: str
     exit_code: int | None = None
     stop_s: float | None = None
+    wall_s: float | None = None
+    """Damaged-file cases: launch to exit; ``stop_s`` is this minus the CLI's own startup."""
     message: str = ""
     names_part: bool | None = None
     names_cause: bool | None = None
@@ -305,6 +309,21 @@ def damage(path: Path, how: str) -> None:
         raise AssertionError(how)
 
 
+CLI_STARTUP_S: list[float | None] = [None]
+
+
+def cli_startup_s(work: Path) -> float:
+    """Seconds from launch to exit of ``prism emulate --help`` (the imports every command pays),
+    the median of three: a damaged file can be noticed no sooner."""
+    times = []
+    for i in range(3):
+        t0 = time.monotonic()
+        cli = Cli(work, f"startup-{i}", ["emulate", "--help"])
+        cli.wait(120)
+        times.append(time.monotonic() - t0)
+    return round(sorted(times)[1], 2)
+
+
 def damaged_run(work: Path, name: str, base: Path, target: str, how: str) -> Outcome:
     """Copy the base run, damage one file, emulate (or collect from it) and measure."""
     run = work / name
@@ -321,6 +340,8 @@ def damaged_run(work: Path, name: str, base: Path, target: str, how: str) -> Out
         digest = index[sorted(index)[0]]["outputs"]
         path = run / "payloads" / f"{digest}.safetensors"
     damage(path, how)
+    if CLI_STARTUP_S[0] is None:
+        CLI_STARTUP_S[0] = cli_startup_s(work)
     rel = str(path.relative_to(run))
     o = Outcome(name, "collect --comm-inputs recorded" if target == "payload" else "emulate",
                 f"{how} {target} ({rel})", checksum_pending=pending)
@@ -337,6 +358,9 @@ def damaged_run(work: Path, name: str, base: Path, target: str, how: str) -> Out
              "truncated": r"truncat|incomplete|corrupt|checksum|sha256|too short|invalid|Error while deserializing",
              "corrupt": r"corrupt|checksum|sha256|hash|invalid|mismatch|Error while deserializing"}[how]
     o = finish(o, cli, None, t0, part=part, cause=cause)
+    if o.stop_s is not None:
+        o.wall_s = o.stop_s
+        o.stop_s = round(max(0.0, o.wall_s - CLI_STARTUP_S[0]), 2)
     o.half_written, o.stale_temps = inspect_run(work / f"{name}-out") if target == "payload" else ([], [])
     if o.exit_code == 0:
         o.note = (o.note + "; exit 0: the damage went unnoticed").lstrip("; ")
@@ -460,12 +484,36 @@ def cases(work: Path, only: set[str]) -> list[Outcome]:
     return results
 
 
+def render_table(data: dict) -> str:
+    """The markdown table of docs/faults.md from a faults.json."""
+    def yes(x) -> str:
+        return "—" if x is None else ("yes" if x else "**no**")
+
+    rows = ["| case | command | fault | stop s | exit | names part / cause | processes left | "
+            "half-written | message (first line) |", "|---|---|---|---:|---:|---|---|---|---|"]
+    for c in data["cases"]:
+        first = (c["message"].splitlines() or [""])[0].replace("|", "\\|")
+        first = first if len(first) <= 110 else first[:107] + "..."
+        mark = " (checksum pending)" if c["checksum_pending"] else ""
+        left = str(len(c["left_processes"])) if c["left_processes"] else "none"
+        half = ", ".join(c["half_written"]) or "none"
+        if c["stale_temps"]:
+            half += f" (stale temp: {', '.join(c['stale_temps'])})"
+        rows.append(f"| {c['name']}{mark} | {c['command']} | {c['fault']} | {c['stop_s']} | {c['exit_code']} | "
+                    f"{yes(c['names_part'])} / {yes(c['names_cause'])} | {left} | {half} | `{first}` |")
+    return "\n".join(rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(RESULTS / "faults.json"))
     parser.add_argument("--only", nargs="*", default=[], help="case names to run (default: all)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--table", metavar="JSON", help="print the markdown table of a faults.json and exit")
     args = parser.parse_args()
+    if args.table:
+        print(render_table(json.loads(Path(args.table).read_text())))
+        return 0
     work = Path(tempfile.mkdtemp(prefix="prism-faults-"))
     started = time.monotonic()
     try:
@@ -475,7 +523,8 @@ def main() -> int:
             shutil.rmtree(work, ignore_errors=True)
         else:
             print(f"work directory: {work}")
-    data = {"stop_bound_s": STOP_BOUND_S, "host_cpus": os.cpu_count(), "wall_s": round(time.monotonic() - started, 1),
+    data = {"stop_bound_s": STOP_BOUND_S, "host_cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0],
+            "cli_startup_s": CLI_STARTUP_S[0], "wall_s": round(time.monotonic() - started, 1),
             "cases": [asdict(o) for o in results]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(data, indent=1) + "\n")

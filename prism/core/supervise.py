@@ -2,7 +2,8 @@
 
 Each process has a key (the logical rank, or a key past the world for a replayer) and a name
 that errors use ("rank 3", "replayer 0"). When several processes are found dead at once, the one
-killed by a signal is reported: its peers exit with an error only because it vanished.
+killed by a signal is reported, else the one whose program failed first (the oldest error file):
+its peers exit with an error only because it vanished.
 
 Workers run in their own sessions and die with the supervisor (PR_SET_PDEATHSIG, set between
 fork and exec), so no orphan survives even a SIGKILL of the supervisor. A failing worker's
@@ -12,6 +13,7 @@ its log.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -95,11 +97,34 @@ class Supervisor:
             del self.procs[rank]
             (failed if code != 0 else done).append((rank, code))
         if failed:
-            rank, code = min(failed, key=lambda f: (f[1] > 0, f[0]))  # killed by a signal first
+            rank, code = self._first_failure(failed)
             text = self.failure_text(rank, code)
             self.kill_all()
             raise RankFailedError(rank, text, exit_code=code, part=self.names.get(rank, ""))
         return [rank for rank, _ in done]
+
+    def _first_failure(self, failed: list[tuple[int, int]]) -> tuple[int, int]:
+        """The process that failed first among ``failed`` and those still running: one killed by
+        a signal, else the one whose error file is the oldest (a program that raised writes it at
+        once; its peers write theirs later, when they see their connections to it close)."""
+        killed = [f for f in failed if f[1] < 0]
+        if killed:
+            return min(killed)
+        written = []
+        for rank, code in [*failed, *((r, None) for r in self.procs)]:
+            with contextlib.suppress(FileNotFoundError):
+                written.append((error_path(self.error_dir, rank).stat().st_mtime_ns, rank, code))
+        if not written:
+            return min(failed)
+        _, rank, code = min(written)
+        if code is None:  # it is exiting: give it a moment for its exit code
+            proc = self.procs.pop(rank)
+            try:
+                code = proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self.procs[rank] = proc  # kill_all stops it
+                code = 1
+        return rank, code
 
     def wait_all(
         self,

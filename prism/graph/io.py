@@ -30,7 +30,7 @@ from prism.graph._pb import prism_trace_pb2 as pb
 from prism.graph.records import CommOp, GroupInfo, Graph, Node, NodeKind, RankSummary, TemplateMap
 from prism.graph.templates import expand as expand_templates
 
-__all__ = ["SCHEMA_VERSION", "MANIFEST_NAME", "rank_file_name", "write_graph", "read_graph"]
+__all__ = ["SCHEMA_VERSION", "MANIFEST_NAME", "rank_file_name", "write_graph", "read_graph", "verify_graph"]
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +229,27 @@ def _check_version(version: int, path: Path) -> None:
         raise RunDirError(
             f"{path}: schema_version {version}, but this prism reads schema_version {SCHEMA_VERSION}"
         )
+
+
+def verify_graph(directory: str | os.PathLike[str]) -> None:
+    """Check a graph directory without parsing its nodes: the manifest reads, and every rank file
+    it lists is there with its sha256. Cheap enough to run before starting any process that will
+    read the graph, so a damaged file stops a command at once, named, not in a worker later."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise RunDirError(f"{root}: graph directory does not exist")
+    manifest_path = root / MANIFEST_NAME
+    manifest = pb.Manifest()
+    _parse(manifest, _read(manifest_path, "the graph manifest"), manifest_path)
+    _check_version(manifest.schema_version, manifest_path)
+    for ref in manifest.rank_files:
+        path = root / Path(ref.file_name).name
+        data = _read(path, f"rank {ref.rank}'s file (listed in {MANIFEST_NAME})")
+        if _sha256(data) != ref.sha256:
+            raise RunDirError(
+                f"{path}: sha256 {_sha256(data)[:16]}… does not match {MANIFEST_NAME} "
+                f"({ref.sha256[:16]}…); the file is corrupt or was replaced"
+            )
 
 
 def read_graph(directory: str | os.PathLike[str], *, expand: bool = True) -> Graph:

@@ -32,7 +32,7 @@ from prism.core.errors import PrismError, RankFailedError, RunDirError
 from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
 from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, with_ooms
-from prism.graph.io import read_graph
+from prism.graph.io import read_graph, verify_graph
 from prism.nccl_patches.algorithms import policy_from_env
 from prism.nccl_patches.recorded_store import derive_from_capture, recorded_dir
 from prism.nccl_patches.restrict_store import derive_subset, find_superset_dir
@@ -182,6 +182,7 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     kind = options.graph_kind or ("bare" if run.graph_dir("bare").is_dir() else "real")
     if not run.graph_dir(kind).is_dir():
         raise RunDirError(f"{run.root}: no graph/{kind} (run prism collect or prism record first)")
+    verify_graph(run.graph_dir(kind))  # here, before any process starts, rather than in a replayer
     recorded = Path(options.recorded_dir) if options.recorded_dir else _recorded_for(run, ranks, kind)
     if not recorded.is_dir():
         raise RunDirError(f"{recorded}: no recorded data for sandbox ranks {list(ranks)} or a set that contains "
