@@ -108,8 +108,10 @@ def run_rank(spec: WorkerSpec) -> RankRecord:
             run_entrypoint(spec.entrypoint, spec.args, cwd=spec.cwd)
     except BaseException as e:
         # Leave what this rank knows before its engine shuts down: closing its connections makes
-        # peers fail, and the first failure stops every process of the run.
+        # peers fail, and the supervisor blames the process whose error file is the oldest.
         try:
+            if not isinstance(e, SystemExit):
+                atomic_write_text(error_path(spec.out_dir, spec.shim.rank), traceback.format_exc())
             _leave_failure(spec, e, meter, recorder, profiler)
         finally:
             engine.shutdown()
@@ -160,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_text(error_path(spec.out_dir, rank), f"the script exited with sys.exit({e.code!r})\n")
         return 1
     except BaseException:
-        atomic_write_text(error_path(spec.out_dir, rank), traceback.format_exc())
+        if not error_path(spec.out_dir, rank).is_file():  # run_rank wrote it when the script raised
+            atomic_write_text(error_path(spec.out_dir, rank), traceback.format_exc())
         return 1
     atomic_write_bytes(record_path(spec.out_dir, rank), pickle.dumps(record))
     return 0

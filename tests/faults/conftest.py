@@ -30,7 +30,7 @@ def write_job(directory: Path, *, steps: int = 40, numel: int = 1024, values_ran
 class Cli:
     """``prism ARGS`` in a subprocess whose processes carry a tag (``processes_tagged``)."""
 
-    def __init__(self, cwd: Path, *args: str, preexec=None) -> None:
+    def __init__(self, cwd: Path, *args: str, preexec=None, env: dict | None = None) -> None:
         self.tag = uuid.uuid4().hex
         self.stderr_path = cwd / f"cli-{self.tag[:8]}.stderr"
 
@@ -43,7 +43,7 @@ class Cli:
 
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen([sys.executable, "-m", "prism.cli.main", *args], cwd=cwd,
-                                         env=dict(os.environ, PRISM_TEST_TAG=self.tag, COLUMNS="200"),
+                                         env=dict(os.environ, PRISM_TEST_TAG=self.tag, COLUMNS="200", **(env or {})),
                                          stdout=subprocess.DEVNULL, stderr=err, preexec_fn=setup)
 
     @property
@@ -89,11 +89,11 @@ class Cli:
 
 @pytest.fixture
 def cli(tmp_path):
-    """``cli(*args, preexec=None) -> Cli``; every run is killed at the end of the test."""
+    """``cli(*args, preexec=None, env=None) -> Cli``; every run is killed at the end of the test."""
     started = []
 
-    def start(*args: str, preexec=None) -> Cli:
-        c = Cli(tmp_path, *args, preexec=preexec)
+    def start(*args: str, preexec=None, env: dict | None = None) -> Cli:
+        c = Cli(tmp_path, *args, preexec=preexec, env=env)
         started.append(c)
         return c
 

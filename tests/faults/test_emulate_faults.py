@@ -24,9 +24,9 @@ def collected(tmp_path_factory):
     return root / "run"
 
 
-def start_emulation(cli, run):
+def start_emulation(cli, run, env=None):
     shutil.rmtree(run / "emulations", ignore_errors=True)  # the log we wait for is the new run's
-    c = cli("emulate", str(run), "--ranks", "0,1", "--timeout", "120")
+    c = cli("emulate", str(run), "--ranks", "0,1", "--timeout", "120", env=env)
     c.wait_for_log(str(run / "emulations/*/logs/rank-00000.log"))
     return c
 
@@ -59,4 +59,15 @@ def test_sigterm_stops_the_emulation_like_sigint(collected, cli):
     assert c.seconds_to_exit(t0) < STOP_BOUND_S
     assert c.proc.returncode == 128 + signal.SIGTERM
     assert "prism emulate stopped by SIGTERM" in c.stderr
+    assert c.left_processes() == []
+
+
+def test_a_rank_that_raises_is_blamed_not_the_replayer_that_lost_it(collected, cli):
+    # FAULT_RAISE (tests/assets/jobs/faults4/train.py): rank 1 raises right after "step 2".
+    c = start_emulation(cli, collected, env={"FAULT_RAISE": "1:3"})
+    t0 = time.monotonic()
+    assert c.seconds_to_exit(t0) < STOP_BOUND_S
+    assert c.proc.returncode == 1
+    assert "error: rank 1 failed" in c.stderr
+    assert "RuntimeError: injected failure in rank 1 at step 3" in c.stderr
     assert c.left_processes() == []

@@ -10,6 +10,7 @@ import pytest
 from prism.core.errors import RunDirError
 from prism.graph import SCHEMA_VERSION, Graph, parse_graph, read_graph, write_graph
 from prism.graph._pb import prism_trace_pb2 as pb
+from prism.graph.io import verify_graph
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -144,3 +145,17 @@ def test_garbage_manifest_names_the_file(tmp_path: Path, graph: Graph) -> None:
     (out / "manifest.pb").write_bytes(b"\xff\xff\xff\xff")
     with pytest.raises(RunDirError, match=r"manifest\.pb: corrupt Manifest"):
         read_graph(out)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "remove"])
+def test_verify_graph_names_a_damaged_rank_file_without_parsing_nodes(tmp_path: Path, graph: Graph, damage) -> None:
+    write_graph(graph, tmp_path / "g")
+    verify_graph(tmp_path / "g")  # an intact graph passes
+    path = tmp_path / "g" / "rank-00001.pb"
+    data = path.read_bytes()
+    if damage == "remove":
+        path.unlink()
+    else:
+        path.write_bytes(data[: len(data) // 2] if damage == "truncate" else data[:-1] + bytes([data[-1] ^ 0xFF]))
+    with pytest.raises(RunDirError, match=r"rank-00001\.pb: (sha256 .* does not match manifest\.pb|rank 1's file .* is missing)"):
+        verify_graph(tmp_path / "g")
