@@ -66,7 +66,11 @@ class Outcome:
     exit_code: int | None = None
     stop_s: float | None = None
     wall_s: float | None = None
-    """Damaged-file cases: launch to exit; ``stop_s`` is this minus the CLI's own startup."""
+    """Damaged-file cases: launch to exit; ``stop_s`` is this minus ``cli_startup_s``."""
+    cli_startup_s: float | None = None
+    """Damaged-file cases: launch to exit of ``prism emulate --help`` just before (the imports)."""
+    workers_started: bool | None = None
+    """Damaged-file cases: whether any process besides the CLI started before it stopped."""
     message: str = ""
     names_part: bool | None = None
     names_cause: bool | None = None
@@ -234,9 +238,18 @@ def finish(o: Outcome, cli: Cli, run: Path | None, t_fault: float, *, part: str,
         o.names_cause = bool(re.search(cause, text))
     if run is not None:
         o.half_written, o.stale_temps = inspect_run(run)
-    o.passed = (o.stop_s is not None and o.stop_s <= STOP_BOUND_S and code is not None or cli_killed) and \
-        (cli_killed or (o.names_part and o.names_cause)) and not o.left_processes and not o.half_written
+    o.passed = judge(o)
     return o
+
+
+def judge(o: Outcome) -> bool:
+    """Stopped within the bound, named the part and the cause (where the CLI lives to say it),
+    left no process and nothing half-written; a damaged file must not pass unnoticed."""
+    cli_killed = o.exit_code == -signal.SIGKILL
+    named = cli_killed or bool(o.names_part and o.names_cause)
+    in_time = o.stop_s is not None and (o.stop_s <= STOP_BOUND_S or o.workers_started is False)
+    stopped = in_time and o.exit_code not in (None, 0)
+    return stopped and named and not o.left_processes and not o.half_written
 
 
 # --- jobs ------------------------------------------------------------------------------------
@@ -309,19 +322,13 @@ def damage(path: Path, how: str) -> None:
         raise AssertionError(how)
 
 
-CLI_STARTUP_S: list[float | None] = [None]
-
-
 def cli_startup_s(work: Path) -> float:
-    """Seconds from launch to exit of ``prism emulate --help`` (the imports every command pays),
-    the median of three: a damaged file can be noticed no sooner."""
-    times = []
-    for i in range(3):
-        t0 = time.monotonic()
-        cli = Cli(work, f"startup-{i}", ["emulate", "--help"])
-        cli.wait(120)
-        times.append(time.monotonic() - t0)
-    return round(sorted(times)[1], 2)
+    """Seconds from launch to exit of ``prism emulate --help``: the imports every command pays
+    (a damaged file can be noticed no sooner), measured right before each case, as the host's
+    load changes."""
+    t0 = time.monotonic()
+    Cli(work, f"startup-{uuid.uuid4().hex[:6]}", ["emulate", "--help"]).wait(120)
+    return round(time.monotonic() - t0, 2)
 
 
 def damaged_run(work: Path, name: str, base: Path, target: str, how: str) -> Outcome:
@@ -340,8 +347,7 @@ def damaged_run(work: Path, name: str, base: Path, target: str, how: str) -> Out
         digest = index[sorted(index)[0]]["outputs"]
         path = run / "payloads" / f"{digest}.safetensors"
     damage(path, how)
-    if CLI_STARTUP_S[0] is None:
-        CLI_STARTUP_S[0] = cli_startup_s(work)
+    startup = cli_startup_s(work)
     rel = str(path.relative_to(run))
     o = Outcome(name, "collect --comm-inputs recorded" if target == "payload" else "emulate",
                 f"{how} {target} ({rel})", checksum_pending=pending)
@@ -357,14 +363,21 @@ def damaged_run(work: Path, name: str, base: Path, target: str, how: str) -> Out
     cause = {"missing": r"missing|not found|No such file|does not exist",
              "truncated": r"truncat|incomplete|corrupt|checksum|sha256|too short|invalid|Error while deserializing",
              "corrupt": r"corrupt|checksum|sha256|hash|invalid|mismatch|Error while deserializing"}[how]
+
+    def child_started() -> bool:
+        return any(p.pid != cli.proc.pid for p in tagged(cli.tag))
+
+    started = wait_for(lambda: "child" if child_started() else ("exit" if cli.proc.poll() is not None else None), 120)
+    o.workers_started = started != "exit"
     o = finish(o, cli, None, t0, part=part, cause=cause)
     if o.stop_s is not None:
         o.wall_s = o.stop_s
-        o.stop_s = round(max(0.0, o.wall_s - CLI_STARTUP_S[0]), 2)
+        o.cli_startup_s = startup
+        o.stop_s = round(max(0.0, o.wall_s - startup), 2)
     o.half_written, o.stale_temps = inspect_run(work / f"{name}-out") if target == "payload" else ([], [])
     if o.exit_code == 0:
         o.note = (o.note + "; exit 0: the damage went unnoticed").lstrip("; ")
-    o.passed = o.passed and o.exit_code not in (0, None)
+    o.passed = judge(o)
     return o
 
 
@@ -524,7 +537,7 @@ def main() -> int:
         else:
             print(f"work directory: {work}")
     data = {"stop_bound_s": STOP_BOUND_S, "host_cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0],
-            "cli_startup_s": CLI_STARTUP_S[0], "wall_s": round(time.monotonic() - started, 1),
+            "wall_s": round(time.monotonic() - started, 1),
             "cases": [asdict(o) for o in results]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(data, indent=1) + "\n")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import logging
 import pickle
+import shutil
 import sys
 import tempfile
 import time
@@ -124,21 +125,24 @@ def launch_ranks(
         if on_progress:
             on_progress(finished, len(ranks))
 
-    with Supervisor(error_dir=work, log_dir=log_dir) as sup:
-        start_more(sup)
-        try:
-            sup.wait_all(timeout_s=options.timeout_s, on_done=on_done, tick=lambda: start_more(sup))
-        except RankFailedError as e:
-            oom = with_ooms(e, work)
-            if oom is e:
-                raise
-            raise oom from e
-    del store
-    records = []
-    for rank in ranks:
-        with open(record_path(work, rank), "rb") as f:
-            records.append(pickle.load(f))
-    return records
+    try:
+        with Supervisor(error_dir=work, log_dir=log_dir) as sup:
+            start_more(sup)
+            try:
+                sup.wait_all(timeout_s=options.timeout_s, on_done=on_done, tick=lambda: start_more(sup))
+            except RankFailedError as e:
+                oom = with_ooms(e, work)
+                if oom is e:
+                    raise
+                raise oom from e
+        del store
+        records = []
+        for rank in ranks:
+            with open(record_path(work, rank), "rb") as f:
+                records.append(pickle.load(f))
+        return records
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # specs, records, error files: read above
 
 
 def assemble_graph(job: JobConfig, records: Sequence[RankRecord], *, kind: str) -> Graph:
