@@ -66,6 +66,9 @@ def make_engine(spec: WorkerSpec) -> CommEngine:
             out_dir=spec.out_dir,
             capture_dir=opts.get("capture_dir") or None,
             timeout_s=timeout_s,
+            device_path=opts.get("device_path", "host"),
+            device_index=spec.shim.local_rank,
+            graph_dir=opts.get("graph_dir") or None,
         )
     if name in ENGINE_NAMES:
         raise ValueError(f"comm engine {name!r} is not available in this build")
