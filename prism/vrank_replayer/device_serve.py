@@ -7,7 +7,8 @@ the data it sent, the neighbor vranks' recorded partials and compensation), wait
 vranks are due (the clock: the timed graph's calibrated times in an emulation, at once in a
 calibration slice), and sends each sandbox rank its outputs. A transfer that the local link
 finishes early is therefore held until the calibrated time without any GPU spinning (the send is
-not enqueued before it is due); one that arrives later than due is counted (``late_ops``).
+not enqueued before it is due). The replayer's CPU time per phase of serving is in its result
+(``phase_s``).
 
 The recorded data of every op served is moved to the assistant GPU before the first op.
 """
@@ -19,6 +20,7 @@ import dataclasses
 import datetime
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import torch
@@ -72,7 +74,8 @@ class DeviceServer:
         self.diverged: dict[int, list[dict]] = {}
         self.num_ops = 0
         self.traffic_bytes = 0
-        self.late_ops = 0
+        self.phase_s: dict[str, float] = {}
+        """CPU seconds per phase of serving (records, recv, compute, clock, send, sync)."""
 
     # -------------------------------------------------------------------------- connections
 
@@ -180,8 +183,16 @@ class DeviceServer:
             self._sync()
         self._clock.on_complete(vrank, node)
 
+    def _took(self, phase: str, t0: float) -> float:
+        t1 = time.perf_counter()
+        with self._lock:
+            self.phase_s[phase] = self.phase_s.get(phase, 0.0) + t1 - t0
+        return t1
+
     def _collective(self, ch: Channel, node: Node) -> None:
+        t = time.perf_counter()
         recs = self._recs(ch, node)
+        t = self._took("records", t)
         n = len(ch.members)
         sb = [g for g, r in enumerate(ch.members) if r in self.sandbox]
         op = node.op
@@ -198,6 +209,7 @@ class DeviceServer:
                 received[(i, g)] = buf
         for w in works:
             w.wait()
+        t = self._took("recv", t)
         outputs: dict[tuple[int, int], torch.Tensor] = {}
         vranks: set[int] = set()
         for i, rec in enumerate(recs):
@@ -228,8 +240,10 @@ class DeviceServer:
                 out = party.output()
                 if out is not None:
                     outputs[(i, g)] = out
+        t = self._took("compute", t)
         for v in sorted(vranks):
             self._clock.wait_until_issue(v, node)
+        t = self._took("clock", t)
         works = []
         for g in sb:
             if not receives_output(op, g, root):
@@ -241,8 +255,10 @@ class DeviceServer:
                 self.traffic_bytes += out.numel() * out.element_size()
         for w in works:
             w.wait()
+        t = self._took("send", t)
         if vranks and self._timed:
             self._sync()
+        self._took("sync", t)
         for v in sorted(vranks):
             self._clock.on_complete(v, node)
 

@@ -234,6 +234,12 @@ class LiveEngine(CommEngine):
                                     for s in range(request.seq, request.seq + 1 + _PREFETCH_OPS))
         transport = self._transports.get(gid) if p2p else None
         if transport is None:  # collectives, and a group's first messages (its transport connects there)
+            if any(t.is_cuda for t in (*request.inputs, *request.outputs)):
+                # The channel thread reads the inputs on its own stream: it first waits for what the
+                # caller's stream (e.g. FSDP's all-gather or reduce-scatter stream) has queued.
+                ready = torch.cuda.Event()
+                ready.record()
+                request.extra["inputs_ready"] = ready
             ch.queue.put((self._run, request, future, snapshot))
             return future
         try:
@@ -359,6 +365,8 @@ class LiveEngine(CommEngine):
             # copied to the host, the algorithm runs there, the results are copied back. The
             # collective holds no device memory of its own, like NCCL's buffers, so the rank's
             # allocator peak is the real run's.
+            if "inputs_ready" in req.extra:
+                req.extra.pop("inputs_ready").synchronize()
             inputs = [t.detach().cpu() for t in inputs]
             outputs = [torch.empty(t.shape, dtype=t.dtype) for t in outputs]
         parts = op_parts(req.op, inputs, n=n, group_rank=me, root=root, peer=peer, flat=req.flat,

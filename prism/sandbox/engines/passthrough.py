@@ -86,7 +86,6 @@ class PassthroughEngine(CommEngine):
         self._nccl: dict[str, object] = {}
         self._stores: dict[str, object] = {}
         self._waiters: dict[tuple, queue.SimpleQueue] = {}
-        self._observer_streams: dict[int | None, torch.cuda.Stream] = {}
         self._lock = threading.Lock()
 
     def create_group(self, group: GroupHandle, store) -> None:
@@ -137,20 +136,12 @@ class PassthroughEngine(CommEngine):
         return done.then(finish)
 
     def _observe_nccl(self, req: CommRequest, works: list, futures: list) -> None:
-        """The recorder's view of a real NCCL op without synchronizing: its end on the device is an
-        event on a private stream that waits for the op's CUDA futures (the compute and NCCL
-        streams are untouched). ``Work.wait()`` of the script goes to the real works, so
-        ProcessGroupNCCL releases its stash of the op's tensors exactly as it would unobserved."""
-        device = (req.inputs or req.outputs)[0].device
-        stream = self._observer_streams.get(device.index)
-        if stream is None:
-            stream = self._observer_streams[device.index] = torch.cuda.Stream(device)
-        with torch.cuda.stream(stream):
-            for f in futures:
-                f.wait()
-            end = torch.cuda.Event(enable_timing=True)
-            end.record(stream)
-        req.extra["end_event"] = end
+        """``Work.wait()`` of the script goes to the real works, so ProcessGroupNCCL releases its
+        stash of the op's tensors exactly as it would unobserved. The recorder takes no end event
+        for an async NCCL op: waiting for its future on another stream would record the op's
+        tensors on that stream (``recordDataPtrOnStream``), which changes which blocks the caching
+        allocator hands out next and so the rank's ``max_memory_allocated``; the op's end shows
+        where the script waits for it (its WAIT node, or the stream order of a synchronous op)."""
 
         def wait() -> None:
             for w in works:
