@@ -202,7 +202,9 @@ class LiveEngine(CommEngine):
     def create_group(self, group: GroupHandle, store: object) -> None:
         if self._lanes is None:
             return
-        if self._real is not None and group.size > 1 and all(r in self.sandbox for r in group.ranks):
+        # Sizes 1 included: a mesh dimension of size 1 is a one-rank NCCL communicator in the real
+        # job (its all-reduce is a device copy at most), not a trip through host memory.
+        if self._real is not None and all(r in self.sandbox for r in group.ranks):
             self._real.create_group(group, store)
             self._real_groups.add(group.group_id)
         elif self._lanes.has_vranks(group.group_id):
