@@ -91,7 +91,9 @@ def _mib(b) -> str:
     return "—" if b is None or b < 0 else f"{b / 2**20:.3f} MiB"
 
 
-def print_validation(result: dict, console: Console) -> None:
+def print_validation(result: dict, console: Console, *, timing: bool = True) -> None:
+    """``timing=False``: the iteration-time rows say the real run is not a valid timing reference
+    on this host (e.g. a W=8 real-model job on 2 cores) instead of printing an error figure."""
     table = Table(title=f"validate {result['job']} W={result['world_size']}: sandbox {result['sandbox_ranks']} vs the "
                         f"real run (first {result['skip_steps']} step(s) skipped)", title_justify="left")
     table.add_column("metric")
@@ -129,6 +131,9 @@ def print_validation(result: dict, console: Console) -> None:
             cells["iteration ms (real)"].append(f"(fake {ft['mean_ms']:.2f})")
             cells["peak memory (real)"].append("")
             cells["peak memory diff"].append(_mib(abs(f["peak_memory_bytes"] - p["real_peak_memory_bytes"])))
+    if not timing:
+        for m in ("iteration time error (mean)", "iteration time error (max step)", "iteration ms (real)"):
+            cells[m] = ["not comparable on this host"] + ["—"] * (len(cells[m]) - 1)
     for m in metrics:
         table.add_row(m, *cells[m])
     console.print(table)
