@@ -35,6 +35,7 @@ vectorised comparison of the sequence with itself shifted by the period.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -181,6 +182,12 @@ class StepInference:
     period: Period | None
     """In comm-op positions; None: no period (``nodes`` unchanged)."""
     num_comm_ops: int
+    mark_positions: tuple[int, ...] = ()
+    """Where the MARKs went, as positions in the input list (a MARK precedes the node there)."""
+
+    def step_of(self, position: int) -> int:
+        """The step that an event at ``position`` of the input list (before that node) belongs to."""
+        return bisect.bisect_right(self.mark_positions, position)
 
     @property
     def num_steps(self) -> int:
@@ -237,7 +244,7 @@ def infer_step_marks(nodes: Sequence[Node]) -> StepInference:
         if n.kind is NodeKind.WAIT and 0 <= n.target < len(nodes):
             changes["target"] = n.target + marks_before[n.target]
         out.append(dataclasses.replace(n, **changes))
-    return StepInference(tuple(out), period, len(comm_at))
+    return StepInference(tuple(out), period, len(comm_at), tuple(positions))
 
 
 def step_times_from_marks(nodes: Sequence[Node], begin_ns: int) -> tuple[int, ...]:

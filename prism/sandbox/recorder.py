@@ -4,7 +4,10 @@ Every comm op becomes a node with a stable identity (group + sequence; src/dst +
 sequence), its shapes, dtype, bytes, reduce op, async flag and call site. Compute spans are the
 intervals between comm boundaries on the rank's own clock (``perf_counter_ns`` on CPU; on CUDA the
 boundary first synchronises the current stream so the span covers the kernels). Iteration
-boundaries come from ``torch.optim.Optimizer.step`` (a global post hook) or ``prism.mark_step()``.
+boundaries come from ``torch.optim.Optimizer.step`` (a global post hook), the job's
+``iterations.boundary`` or ``prism.mark_step()``; a rank that ends without any gets them from the
+period of its comm sequence (:func:`prism.graph.steps.infer_step_marks`), so every role that records
+the same op sequence sees the same steps.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Callable
 import torch
 
 from prism.graph.records import CommOp, GroupInfo, Node, NodeKind, RankRecord, RankSummary
+from prism.graph.steps import StepInference, infer_step_marks, step_times_from_marks
 
 from .engines.base import CommRequest, GroupHandle
 
@@ -87,10 +91,16 @@ class Recorder:
         self._last_boundary = now
         self._step = 0
         self._step_start = now
+        self._begin_ns = now - self._t0
+        """When this rank started, on the recorded clock: where step 0 begins."""
         self._step_times: list[int] = []
         self._losses: list[float] = []
-        self._pending_loss: list[torch.Tensor] = []
+        self._pending_loss: list[tuple[int, torch.Tensor]] = []
+        """(node position, scalar root of backward) since the last mark."""
         self._reported_loss: float | None = None
+        self._reported_log: list[tuple[int, float]] = []
+        """(node position, loss) of prism.report calls, for steps inferred at the end."""
+        self._inferred: tuple[int, StepInference] | None = None
         self._end_ns: dict[int, int] = {}
         self._explicit_marks = False
 
@@ -183,11 +193,12 @@ class Recorder:
     def on_backward_root(self, tensors) -> None:
         for t in tensors:
             if isinstance(t, torch.Tensor) and t.dim() == 0 and t.is_floating_point():
-                self._pending_loss.append(t.detach())
+                self._pending_loss.append((len(self._nodes), t.detach()))
 
     def report(self, loss=None) -> None:
         if loss is not None:
             self._reported_loss = float(loss.detach().float().item() if isinstance(loss, torch.Tensor) else loss)
+            self._reported_log.append((len(self._nodes), self._reported_loss))
 
     def mark_step(self, *, from_optimizer: bool = False) -> None:
         """End the current step. Once the script marks steps itself (``prism.mark_step``), optimizer
@@ -204,11 +215,12 @@ class Recorder:
             if self._reported_loss is not None:
                 self._losses.append(self._reported_loss)
             elif self._pending_loss:
-                self._losses.append(float(sum(t.float().item() for t in self._pending_loss)))
+                self._losses.append(float(sum(t.float().item() for _, t in self._pending_loss)))
             else:
                 self._losses.append(float("nan"))
             self._pending_loss.clear()
             self._reported_loss = None
+            self._reported_log.clear()
             self._step += 1
             self._last_boundary = time.perf_counter_ns()
 
@@ -219,29 +231,61 @@ class Recorder:
 
     @property
     def losses(self) -> tuple[float, ...]:
-        """Loss per finished step so far."""
+        """Loss per finished step so far (inferred steps: once the script has ended)."""
         with self._lock:
-            return tuple(self._losses)
+            return self._steps()[2] if self._step == 0 else tuple(self._losses)
 
     @property
     def step_times_ns(self) -> tuple[int, ...]:
+        """Time of each finished step (inferred steps: once the script has ended)."""
         with self._lock:
-            return tuple(self._step_times)
+            return self._steps()[1] if self._step == 0 else tuple(self._step_times)
+
+    @property
+    def steps_inferred(self) -> bool:
+        """Whether the steps come from the period of the comm sequence (no mark was made)."""
+        return self._step == 0
+
+    def _node_list(self) -> list[Node]:
+        nodes = []
+        for i, n in enumerate(self._nodes):
+            fields = dict(n)
+            if i in self._end_ns and fields.get("kind") in (NodeKind.COLLECTIVE, NodeKind.SEND, NodeKind.RECV):
+                fields["duration_ns"] = self._end_ns[i] - fields["start_ns"]
+            nodes.append(Node(rank=self.rank, index=i, **fields))
+        return nodes
+
+    def _steps(self) -> tuple[list[Node], tuple[int, ...], tuple[float, ...]]:
+        """Nodes, step times and losses: as marked, or inferred from the period of the comm sequence
+        when nothing marked a step (caller holds the lock)."""
+        nodes = self._node_list()
+        if self._step > 0:
+            return nodes, tuple(self._step_times), tuple(self._losses)
+        if self._inferred is None or self._inferred[0] != len(nodes):
+            self._inferred = (len(nodes), infer_step_marks(nodes) if nodes else StepInference((), None, 0))
+        inf = self._inferred[1]
+        if inf.period is None:
+            return nodes, (), ()
+        reported: dict[int, float] = {}
+        for pos, value in self._reported_log:
+            reported[inf.step_of(pos)] = value
+        summed: dict[int, float] = {}
+        for pos, t in self._pending_loss:
+            k = inf.step_of(pos)
+            summed[k] = summed.get(k, 0.0) + t.float().item()
+        losses = tuple(reported.get(k, summed.get(k, float("nan"))) for k in range(inf.num_steps))
+        times = step_times_from_marks(inf.nodes, self._begin_ns)
+        return list(inf.nodes), times, losses
 
     # -- result -------------------------------------------------------------------------------
     def finish(self, *, peak_memory_bytes: int, memory_source: str, engine: str, exit_code: int = 0) -> RankRecord:
         with self._lock:
             self._boundary()
-            nodes = []
-            for i, n in enumerate(self._nodes):
-                fields = dict(n)
-                if i in self._end_ns and fields.get("kind") in (NodeKind.COLLECTIVE, NodeKind.SEND, NodeKind.RECV):
-                    fields["duration_ns"] = self._end_ns[i] - fields["start_ns"]
-                nodes.append(Node(rank=self.rank, index=i, **fields))
+            nodes, step_times, losses = self._steps()
             summary = RankSummary(
                 rank=self.rank,
-                losses=tuple(self._losses),
-                step_times_ns=tuple(self._step_times),
+                losses=losses,
+                step_times_ns=step_times,
                 peak_memory_bytes=peak_memory_bytes,
                 memory_source=memory_source,
                 exit_code=exit_code,
