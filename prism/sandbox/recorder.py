@@ -241,11 +241,6 @@ class Recorder:
         with self._lock:
             return self._steps()[1] if self._step == 0 else tuple(self._step_times)
 
-    @property
-    def steps_inferred(self) -> bool:
-        """Whether the steps come from the period of the comm sequence (no mark was made)."""
-        return self._step == 0
-
     def _node_list(self) -> list[Node]:
         nodes = []
         for i, n in enumerate(self._nodes):
