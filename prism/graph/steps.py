@@ -11,18 +11,21 @@ sequence.
 
 The rule (pure, deterministic):
 
-* Each comm node is reduced to its :func:`period_signature` (kind, op, group, peer, shapes, dtype,
-  reduce op; an all-to-all's shapes and the splits are left out because they follow the data).
+* The sequence is the rank's comm nodes and WAITs, in program order. Each comm node is reduced to
+  its :func:`period_signature` (kind, op, group, peer, shapes, dtype, reduce op; an all-to-all's
+  shapes and the splits are left out because they follow the data), each WAIT to ``WAIT`` and its
+  target's signature. Waits tell apart steps whose comm ops alone look like their microbatches (the
+  last stage of a pipeline receives an activation and sends a gradient per microbatch, and waits
+  for its sends once per step).
 * The **run** is the longest stretch of the sequence made of ``count >= 2`` whole repetitions of
   one block; among runs of the longest coverage (``count * period`` ops) the smallest period wins,
   then the earliest start. Ops before the run (a prologue: warmup ops, the shape exchange of
   ``torch.distributed.pipelining`` at step 0) belong to step 0; ops after it (an epilogue: a final
   barrier, a partial step) to no measured step.
-* The run must cover at least half of the comm ops (:data:`MIN_COVERAGE`); otherwise no period is
+* The run must cover at least half of the sequence (:data:`MIN_COVERAGE`); otherwise no period is
   found and the rank has no steps (say so and name the fix: :data:`NO_STEPS_FIX`).
-* Step ``k`` ends when repetition ``k`` is done: a ``step_end`` MARK right after its last comm node
-  (and the WAITs that directly follow it), at the time the rank moved on (the issue time of the
-  node after it). The compute before a step's first comm op thus belongs to the step before, a
+* Step ``k`` ends when repetition ``k`` is done: a ``step_end`` MARK right after its last element,
+  at the time the rank moved on (the issue time of the node after it). The compute before a step's first comm op thus belongs to the step before, a
   phase shift that leaves every steady step one period long; step 0 also holds what came before
   the run (start-up, prologue), and the last repetition is a whole step.
 
@@ -57,7 +60,7 @@ __all__ = [
 ]
 
 MIN_COVERAGE = 0.5
-"""The run must cover at least this fraction of a rank's comm ops to count as its steps."""
+"""The run must cover at least this fraction of a rank's sequence (comm ops and waits)."""
 EXHAUSTIVE_UP_TO = 1024
 """Sequences up to this length also try every period up to half their length."""
 _ANCHORS = 8
@@ -182,6 +185,7 @@ class StepInference:
     period: Period | None
     """In comm-op positions; None: no period (``nodes`` unchanged)."""
     num_comm_ops: int
+    """Length of the sequence the period was searched in (comm ops and waits)."""
     mark_positions: tuple[int, ...] = ()
     """Where the MARKs went, as positions in the input list (a MARK precedes the node there)."""
 
@@ -194,16 +198,9 @@ class StepInference:
         return sum(1 for n in self.nodes if n.kind is NodeKind.MARK and n.mark == "step_end")
 
 
-def _mark_positions(nodes: Sequence[Node], comm_at: list[int], period: Period) -> list[int]:
-    """Node positions before which a step_end MARK goes: after each repetition's last comm node and
-    the WAITs right after it."""
-    out = []
-    for k in range(1, period.count + 1):
-        j = comm_at[period.start + k * period.length - 1] + 1
-        while j < len(nodes) and nodes[j].kind is NodeKind.WAIT:
-            j += 1
-        out.append(j)
-    return out
+def _mark_positions(at: list[int], period: Period) -> list[int]:
+    """Node positions before which a step_end MARK goes: right after each repetition's last element."""
+    return [at[period.start + k * period.length - 1] + 1 for k in range(1, period.count + 1)]
 
 
 def _moved_on_ns(nodes: Sequence[Node], j: int) -> int:
@@ -214,15 +211,28 @@ def _moved_on_ns(nodes: Sequence[Node], j: int) -> int:
     return last.end_ns if last.end_ns >= 0 else last.start_ns
 
 
+def _sequence(nodes: Sequence[Node]) -> tuple[list[int], list[tuple]]:
+    """Positions and signatures of the rank's comm nodes and waits (a wait: its target's signature)."""
+    at, sigs = [], []
+    for i, n in enumerate(nodes):
+        if n.is_comm:
+            at.append(i)
+            sigs.append(period_signature(n))
+        elif n.kind is NodeKind.WAIT and 0 <= n.target < i and nodes[n.target].is_comm:
+            at.append(i)
+            sigs.append((NodeKind.WAIT, *period_signature(nodes[n.target])))
+    return at, sigs
+
+
 def infer_step_marks(nodes: Sequence[Node]) -> StepInference:
     """``nodes`` (one rank, program order, no step_end MARK) with a step_end MARK after every
-    repetition of its comm sequence (module docstring). Node indices, WAIT targets and ``step``
-    fields are renumbered."""
-    comm_at = [i for i, n in enumerate(nodes) if n.is_comm]
-    period = find_period([period_signature(nodes[i]) for i in comm_at])
+    repetition of its sequence of comm ops and waits (module docstring). Node indices, WAIT targets
+    and ``step`` fields are renumbered."""
+    comm_at, sigs = _sequence(nodes)
+    period = find_period(sigs)
     if period is None:
         return StepInference(tuple(nodes), None, len(comm_at))
-    positions = _mark_positions(nodes, comm_at, period)
+    positions = _mark_positions(comm_at, period)
     marks_before = [0] * (len(nodes) + 1)  # marks_before[i]: marks inserted before old node i
     for j in positions:
         marks_before[j] += 1

@@ -31,11 +31,8 @@ def test_pp_sleep_noopt_steps_are_found_and_emulated(run_prism, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not NAN.search(proc.stdout) and FIX not in proc.stdout
     real = read_graph(tmp_path / "run" / "graph" / "real")
-    for rank in (0, 1, 2):  # 30 steps: the script's --steps
+    for rank in range(4):  # 30 steps: the script's --steps (the last stage's by its waits)
         assert len(real.summaries[rank].step_times_ns) == 30, rank
-    # The last stage's microbatches are indistinguishable (recv activation, send gradient): its
-    # smallest period is one microbatch (4 per step).
-    assert len(real.summaries[3].step_times_ns) == 120
     result = json.loads(out.read_text())
     for rank in ("1", "2"):
         t = result["ranks"][rank]["prism"]["time"]

@@ -114,7 +114,7 @@ def _rank0_pipeline(steps: int) -> list:
 def test_marks_go_before_the_first_op_of_each_later_step_and_waits_follow_their_targets():
     nodes = _rank0_pipeline(steps=4)
     got = infer_step_marks(nodes)
-    assert got.period == Period(1, 4, 4)  # send, send, recv, recv; the shape exchange is a prologue
+    assert got.period == Period(1, 6, 4)  # send, wait, send, wait, recv, recv; the shape exchange is a prologue
     marks = [n for n in got.nodes if n.kind is NodeKind.MARK]
     assert len(marks) == 4
     assert [m.step for m in marks] == [0, 1, 2, 3]
@@ -148,3 +148,25 @@ def test_the_message_names_the_ranks_and_both_fixes():
     line = no_steps_message([1, 3])
     assert "ranks 1, 3" in line and "iterations.boundary" in line and "prism.mark_step()" in line
     assert "\n" not in line and "nan" not in line.lower()
+
+
+def test_waits_tell_a_step_from_its_microbatches():
+    """The last stage of a pipeline: per microbatch a recv (waited) and an async send, alike; the
+    sends are waited once per step. Without the waits the period would be one microbatch."""
+    lines, t = [], 0
+    for step in range(5):
+        sends = []
+        for mb in range(4):
+            lines.append(f"r3#{len(lines)} RECV g0:{4 * step + mb} <-2 1KiB f32[16,16] t={t}+5")
+            lines.append(f"r3#{len(lines)} WAIT #{len(lines) - 1} t={t + 5}+0")
+            lines.append(f"r3#{len(lines)} COMP d=12 t={t + 5}+12")
+            lines.append(f"r3#{len(lines)} SEND g0:{4 * step + mb} ->2 1KiB f32[16,16] async t={t + 17}+1")
+            sends.append(len(lines) - 1)
+            t += 18
+        for s in sends:
+            lines.append(f"r3#{len(lines)} WAIT #{s} t={t}+1")
+            t += 1
+    got = infer_step_marks([parse_node(line) for line in lines])
+    assert got.period == Period(0, 16, 5) and got.num_steps == 5
+    assert step_times_from_marks(got.nodes, 0) == (76,) * 5
+
