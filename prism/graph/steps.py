@@ -18,22 +18,23 @@ The rule (pure, deterministic):
   last stage of a pipeline receives an activation and sends a gradient per microbatch, and waits
   for its sends once per step).
 * The **run** is the longest stretch of the sequence made of ``count >= 2`` whole repetitions of
-  one block; among runs of the longest coverage (``count * period`` ops) the smallest period wins,
-  then the earliest start. Ops before the run (a prologue: warmup ops, the shape exchange of
+  one block; among runs of the longest coverage (``count * period`` elements) the smallest period
+  wins, then the earliest start. Ops before the run (a prologue: warmup ops, the shape exchange of
   ``torch.distributed.pipelining`` at step 0) belong to step 0; ops after it (an epilogue: a final
   barrier, a partial step) to no measured step.
 * The run must cover at least half of the sequence (:data:`MIN_COVERAGE`); otherwise no period is
   found and the rank has no steps (say so and name the fix: :data:`NO_STEPS_FIX`).
 * Step ``k`` ends when repetition ``k`` is done: a ``step_end`` MARK right after its last element,
-  at the time the rank moved on (the issue time of the node after it). The compute before a step's first comm op thus belongs to the step before, a
-  phase shift that leaves every steady step one period long; step 0 also holds what came before
-  the run (start-up, prologue), and the last repetition is a whole step.
+  at the time the rank moved on (the issue time of the node after it). The compute before a
+  step's first comm op thus belongs to the step before, a phase shift that leaves every steady
+  step one period long; step 0 also holds what came before the run (start-up, prologue), and the
+  last repetition is a whole step.
 
 Search: candidate periods come from the prefix function (KMP failure function) of the sequence
 read from eight evenly spaced anchors (a run that covers half of the sequence holds one anchor in
-its first eighth of the sequence, and repeats for 1.5 periods after it), plus every period up to half the
-length when the sequence is short (``EXHAUSTIVE_UP_TO``); each candidate is scored exactly with one
-vectorised comparison of the sequence with itself shifted by the period.
+its first eighth of the sequence, and repeats for 1.5 periods after it), plus every period up to
+half the length when the sequence is short (``EXHAUSTIVE_UP_TO``); each candidate is scored exactly
+with one vectorised comparison of the sequence with itself shifted by the period.
 """
 
 from __future__ import annotations
