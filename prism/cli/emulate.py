@@ -19,6 +19,7 @@ from prism.vrank_replayer.emulate_report import emulate_and_report
 
 from . import EXIT_OOM
 from .devices import add_device_arguments, device_options
+from .report import print_no_steps
 
 HELP = "run some ranks for real, the rest as virtual ranks"
 
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         mem = row.get("peak_memory_bytes", -1)
         table.add_row(r, _ms(mean), _ms(row.get("p50_ms")), _ms(pred), err,
                       f"{mem / 2**20:.2f} MiB" if mem >= 0 else "—", _oom_cell(row),
-                      str(len(row.get("diverged_ops", []))), " ".join(f"{x:.6f}" for x in row.get("losses", [])))
+                      str(len(row.get("diverged_ops", []))), " ".join("—" if x != x else f"{x:.6f}" for x in row.get("losses", [])))
     console = Console()
     console.print(table)
     for r, row in sorted(data["ranks"].items(), key=lambda kv: int(kv[0])):
@@ -84,4 +85,6 @@ def run(args: argparse.Namespace) -> int:
                           f"{escape(row['oom']['message'])}", highlight=False)
     extra = ", profile/" if "profile_dir" in data else ""
     console.print(f"outputs: {report.out_dir} (report.json, timeline.json{extra})")
+    print_no_steps([int(r) for r, row in sorted(data["ranks"].items(), key=lambda kv: int(kv[0]))
+                    if not row.get("step_ms") and not row["oom"]], console)
     return code

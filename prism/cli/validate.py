@@ -25,6 +25,7 @@ from prism.vrank_replayer.emulate_report import emulate_and_report
 from prism.vrank_replayer.fidelity import losses_bitwise_equal, losses_equal, rank_fidelity, step_errors
 
 from .devices import add_device_arguments, device_options
+from .report import print_no_steps, ranks_without_steps
 
 HELP = "record, calibrate and emulate a job, and compare with the real run and PyTorch's fake PG"
 
@@ -77,14 +78,35 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
         collected = captured_losses(run, r)
         bitwise = collected is not None and losses_bitwise_equal(row.get("losses", []), collected)
         rows[r] = {"prism": {**dataclasses.asdict(fid), "losses_bitwise_collected": bitwise, "oom": row["oom"], "diverged_ops": len(row.get("diverged_ops", [])),
-                             "calibrated_ms": cal.report.ranks[r].calibrated_step_ns / 1e6},
+                             "calibrated_ms": cal.report.ranks[r].calibrated_step_ns / 1e6
+                             if cal.report.ranks[r].calibrated_steps_ns else None},
                    "torch_fake": _torch_fake(job, r, real, skip, timeout_s) if torch_fake else None}
-    return {"job": job.name, "world_size": job.world_size, "sandbox_ranks": list(ranks), "run_dir": str(run),
-            "skip_steps": skip, "emulation": str(emu.out_dir), "ranks": rows}
+    return without_nan({"job": job.name, "world_size": job.world_size, "sandbox_ranks": list(ranks),
+                        "run_dir": str(run), "skip_steps": skip, "emulation": str(emu.out_dir), "ranks": rows,
+                        "ranks_without_steps": [r for r in ranks_without_steps(real) if r in ranks]})
 
 
-def _pct(x) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 100:.2f} %"
+def _known(x) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def _pct(x, sign: str = "") -> str:
+    return f"{x * 100:{sign}.2f} %" if _known(x) else "—"
+
+
+def _ms(x) -> str:
+    return f"{x:.2f}" if _known(x) else "—"
+
+
+def without_nan(value):
+    """``value`` with every NaN as None (JSON null): a figure that could not be measured."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: without_nan(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [without_nan(v) for v in value]
+    return value
 
 
 def _mib(b) -> str:
@@ -109,9 +131,9 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
         cells["comm signature match"].append(_pct(p["signature_match"]))
         cells["losses bitwise = collected"].append("yes" if p.get("losses_bitwise_collected") else "no")
         cells["losses equal real"].append("yes" if p["losses_equal"] else f"no (max rel {p['max_loss_rel_diff']:.1e})")
-        cells["iteration time error (mean)"].append(f"{t['mean_rel_error'] * 100:+.2f} %")
+        cells["iteration time error (mean)"].append(_pct(t["mean_rel_error"], "+"))
         cells["iteration time error (max step)"].append(_pct(t["max_rel_error"]))
-        cells["iteration ms (real)"].append(f"{t['real_mean_ms']:.2f} (emu {t['mean_ms']:.2f})")
+        cells["iteration ms (real)"].append(f"{_ms(t['real_mean_ms'])} (emu {_ms(t['mean_ms'])})")
         cells["peak memory (real)"].append(_mib(p["real_peak_memory_bytes"]))
         cells["peak memory diff"].append(_mib(abs(p["peak_memory_bytes"] - p["real_peak_memory_bytes"])))
         if f is None:
@@ -126,9 +148,9 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
             cells["comm signature match"].append(_pct(f["signature_match"]))
             cells["losses bitwise = collected"].append("—")
             cells["losses equal real"].append("yes" if f["losses_equal"] else "no (garbage values)")
-            cells["iteration time error (mean)"].append(f"{ft['mean_rel_error'] * 100:+.2f} % (no peer waits)")
+            cells["iteration time error (mean)"].append(f"{_pct(ft['mean_rel_error'], '+')} (no peer waits)")
             cells["iteration time error (max step)"].append(_pct(ft["max_rel_error"]))
-            cells["iteration ms (real)"].append(f"(fake {ft['mean_ms']:.2f})")
+            cells["iteration ms (real)"].append(f"(fake {_ms(ft['mean_ms'])})")
             cells["peak memory (real)"].append("")
             cells["peak memory diff"].append(_mib(abs(f["peak_memory_bytes"] - p["real_peak_memory_bytes"])))
     if not timing:
@@ -138,6 +160,7 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
         table.add_row(m, *cells[m])
     console.print(table)
     console.print(f"run: {result['run_dir']}  emulation: {result['emulation']}")
+    print_no_steps(result.get("ranks_without_steps", []), console)
 
 
 def run(args: argparse.Namespace) -> int:

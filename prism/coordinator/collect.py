@@ -103,6 +103,7 @@ def _spec(job: JobConfig, rank: int, *, out_dir: Path, timeout_s: float, options
         local_rank=0 if job.device == "cuda" else rank % job.ranks_per_node,
         ranks_per_node=job.ranks_per_node, device=job.device,
         store_addr="", present_ranks=1, is_store_leader=True, timeout_s=timeout_s,
+        boundary=job.iterations.boundary,
     )
     return WorkerSpec(
         shim=shim, engine="coordinator",

@@ -37,6 +37,8 @@ class ShimConfig:
     clock_origin_ns: int = 0
     """Origin of recorded times on the host's monotonic clock (0: the rank's own start). Ranks
     launched on one host share it, which makes their times comparable."""
+    boundary: str = ""
+    """The job's ``iterations.boundary`` (empty: none)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -65,6 +65,7 @@ def worker_spec(job: JobConfig, rank: int, *, engine: str, out_dir: str, store_a
         is_store_leader=alone,
         timeout_s=timeout_s,
         clock_origin_ns=clock_origin_ns,
+        boundary=job.iterations.boundary,
     )
     return WorkerSpec(
         shim=shim,

@@ -6,11 +6,15 @@ intervals between comm boundaries on the rank's own clock: ``perf_counter_ns`` o
 timing event recorded on the current stream at each boundary (:mod:`.cuda_clock`), read when the
 rank finishes, so the recorder never synchronizes the device (a comm's end is the event its engine
 recorded after the op on the op's stream, when it gives one). Iteration boundaries come from
-``torch.optim.Optimizer.step`` (a global post hook) or ``prism.mark_step()``.
+``torch.optim.Optimizer.step`` (a global post hook), the job's ``iterations.boundary`` or
+``prism.mark_step()``; a rank that ends without any gets them from the period of its comm sequence
+(:func:`prism.graph.steps.infer_step_marks`), so every role that records the same op sequence sees
+the same steps.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import sys
@@ -21,6 +25,8 @@ from collections.abc import Callable
 import torch
 
 from prism.graph.records import CommOp, GroupInfo, Node, NodeKind, RankRecord, RankSummary
+
+from prism.graph.steps import StepInference, infer_step_marks, step_times_from_marks
 
 from .cuda_clock import CudaEventClock, GpuStamp
 from .engines.base import CommRequest, GroupHandle
@@ -92,10 +98,17 @@ class Recorder:
         self._last_boundary = now
         self._step = 0
         self._step_start = now
-        self._step_times: list[int] = []
+        self._begin_ns = now - self._t0
+        """When this rank started, on the recorded clock: where step 0 begins."""
+        self._step_times: list[tuple[int | GpuStamp, int | GpuStamp]] = []
+        """(start, end) of each marked step."""
         self._losses: list[float] = []
-        self._pending_loss: list[torch.Tensor] = []
+        self._pending_loss: list[tuple[int, torch.Tensor]] = []
+        """(node position, scalar root of backward) since the last mark."""
         self._reported_loss: float | None = None
+        self._reported_log: list[tuple[int, float]] = []
+        """(node position, loss) of prism.report calls, for steps inferred at the end."""
+        self._inferred: tuple[int, StepInference] | None = None
         self._end_ns: dict[int, int | GpuStamp] = {}
         self._explicit_marks = False
 
@@ -191,11 +204,12 @@ class Recorder:
     def on_backward_root(self, tensors) -> None:
         for t in tensors:
             if isinstance(t, torch.Tensor) and t.dim() == 0 and t.is_floating_point():
-                self._pending_loss.append(t.detach())
+                self._pending_loss.append((len(self._nodes), t.detach()))
 
     def report(self, loss=None) -> None:
         if loss is not None:
             self._reported_loss = float(loss.detach().float().item() if isinstance(loss, torch.Tensor) else loss)
+            self._reported_log.append((len(self._nodes), self._reported_loss))
 
     def mark_step(self, *, from_optimizer: bool = False) -> None:
         """End the current step. Once the script marks steps itself (``prism.mark_step``), optimizer
@@ -213,13 +227,14 @@ class Recorder:
                 self._losses.append(self._reported_loss)
             elif self._pending_loss and self._gpu is not None and self._pending_loss[0].is_cuda:
                 # Read a step late: ``.item()`` here would synchronize the device every step.
-                self._losses.append([t.to("cpu", non_blocking=True) for t in self._pending_loss])
+                self._losses.append([t.to("cpu", non_blocking=True) for _, t in self._pending_loss])
             elif self._pending_loss:
-                self._losses.append(float(sum(t.float().item() for t in self._pending_loss)))
+                self._losses.append(float(sum(t.float().item() for _, t in self._pending_loss)))
             else:
                 self._losses.append(float("nan"))
             self._pending_loss.clear()
             self._reported_loss = None
+            self._reported_log.clear()
             self._step += 1
             self._last_boundary = now if self._gpu is not None else time.perf_counter_ns()
 
@@ -238,50 +253,89 @@ class Recorder:
 
     @property
     def losses(self) -> tuple[float, ...]:
-        """Loss per finished step so far (on CUDA: waits for the device)."""
+        """Loss per finished step so far (on CUDA: waits for the device; inferred steps: once the
+        script has ended)."""
         with self._lock:
             self._resolve()
-            return tuple(self._losses)
+            return self._steps()[2] if self._step == 0 else tuple(self._losses)
 
     @property
     def step_times_ns(self) -> tuple[int, ...]:
-        """Duration of each finished step (on CUDA: on the device's timeline; waits for it)."""
+        """Duration of each finished step (on CUDA: on the device's timeline, waits for it;
+        inferred steps: once the script has ended)."""
         with self._lock:
             self._resolve()
-            return tuple(CudaEventClock.ns(b) - CudaEventClock.ns(a) for a, b in self._step_times)
+            return self._steps()[1] if self._step == 0 else self._marked_step_times()
+
+    def _marked_step_times(self) -> tuple[int, ...]:
+        return tuple(CudaEventClock.ns(b) - CudaEventClock.ns(a) for a, b in self._step_times)
+
+    def _node_list(self) -> tuple[list[Node], list[int]]:
+        """The nodes with times as offsets from the origin (stamps resolved, empty compute spans
+        dropped, WAIT targets renumbered), and the kept nodes' positions in ``self._nodes``."""
+        kept: list[dict] = []
+        old: list[int] = []
+        new_index: dict[int, int] = {}
+        for i, n in enumerate(self._nodes):
+            fields = dict(n)
+            kind = fields["kind"]
+            if kind is NodeKind.COMPUTE:
+                start, end = self._ns(fields.pop("_start")), self._ns(fields.pop("_end"))
+                if end <= start:
+                    continue
+                fields.update(start_ns=start, duration_ns=end - start)
+            else:
+                fields["start_ns"] = self._ns(fields["start_ns"])
+                if "_end" in fields:
+                    fields["duration_ns"] = max(0, self._ns(fields.pop("_end")) - fields["start_ns"])
+                if i in self._end_ns and kind in (NodeKind.COLLECTIVE, NodeKind.SEND, NodeKind.RECV):
+                    fields["duration_ns"] = max(0, self._ns(self._end_ns[i]) - fields["start_ns"])
+            new_index[i] = len(kept)
+            kept.append(fields)
+            old.append(i)
+        nodes = []
+        for i, fields in enumerate(kept):
+            if "target" in fields:  # a WAIT names its op by position
+                fields["target"] = new_index[fields["target"]]
+            nodes.append(Node(rank=self.rank, index=i, **fields))
+        return nodes, old
+
+    def _steps(self) -> tuple[list[Node], tuple[int, ...], tuple[float, ...]]:
+        """Nodes, step times and losses: as marked, or inferred from the period of the comm sequence
+        when nothing marked a step (caller holds the lock; stamps resolved)."""
+        nodes, old = self._node_list()
+        if self._step > 0:
+            return nodes, self._marked_step_times(), tuple(self._losses)
+        if self._inferred is None or self._inferred[0] != len(nodes):
+            self._inferred = (len(nodes), infer_step_marks(nodes) if nodes else StepInference((), None, 0))
+        inf = self._inferred[1]
+        if inf.period is None:
+            return nodes, (), ()
+
+        def step_of(pos: int) -> int:  # a position in self._nodes, before empty spans were dropped
+            return inf.step_of(bisect.bisect_left(old, pos))
+
+        reported: dict[int, float] = {}
+        for pos, value in self._reported_log:
+            reported[step_of(pos)] = value
+        summed: dict[int, float] = {}
+        for pos, t in self._pending_loss:
+            k = step_of(pos)
+            summed[k] = summed.get(k, 0.0) + t.float().item()
+        losses = tuple(reported.get(k, summed.get(k, float("nan"))) for k in range(inf.num_steps))
+        times = step_times_from_marks(inf.nodes, self._begin_ns)
+        return list(inf.nodes), times, losses
 
     # -- result -------------------------------------------------------------------------------
     def finish(self, *, peak_memory_bytes: int, memory_source: str, engine: str, exit_code: int = 0) -> RankRecord:
         with self._lock:
             self._boundary()
             self._resolve()
-            kept: list[dict] = []
-            new_index: dict[int, int] = {}
-            for i, n in enumerate(self._nodes):
-                fields = dict(n)
-                kind = fields["kind"]
-                if kind is NodeKind.COMPUTE:
-                    start, end = self._ns(fields.pop("_start")), self._ns(fields.pop("_end"))
-                    if end <= start:
-                        continue
-                    fields.update(start_ns=start, duration_ns=end - start)
-                else:
-                    fields["start_ns"] = self._ns(fields["start_ns"])
-                    if "_end" in fields:
-                        fields["duration_ns"] = max(0, self._ns(fields.pop("_end")) - fields["start_ns"])
-                    if i in self._end_ns and kind in (NodeKind.COLLECTIVE, NodeKind.SEND, NodeKind.RECV):
-                        fields["duration_ns"] = max(0, self._ns(self._end_ns[i]) - fields["start_ns"])
-                new_index[i] = len(kept)
-                kept.append(fields)
-            nodes = []
-            for i, fields in enumerate(kept):
-                if "target" in fields:  # a WAIT names its op by position
-                    fields["target"] = new_index[fields["target"]]
-                nodes.append(Node(rank=self.rank, index=i, **fields))
+            nodes, step_times, losses = self._steps()
             summary = RankSummary(
                 rank=self.rank,
-                losses=tuple(self._losses),
-                step_times_ns=tuple(CudaEventClock.ns(b) - CudaEventClock.ns(a) for a, b in self._step_times),
+                losses=losses,
+                step_times_ns=step_times,
                 peak_memory_bytes=peak_memory_bytes,
                 memory_source=memory_source,
                 exit_code=exit_code,

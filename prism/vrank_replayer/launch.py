@@ -152,7 +152,7 @@ def _worker_spec(job: JobConfig, rank: int, *, present: tuple[int, ...], store_a
     shim = ShimConfig(rank=rank, world_size=job.world_size, local_rank=slot,
                       ranks_per_node=job.ranks_per_node, device=job.device, store_addr=store_addr,
                       present_ranks=len(present), is_store_leader=rank == present[0], timeout_s=timeout_s,
-                      clock_origin_ns=origin_ns)
+                      clock_origin_ns=origin_ns, boundary=job.iterations.boundary)
     return WorkerSpec(shim=shim, engine="live",
                       entrypoint=job.entrypoint if job.is_module else str(job.script_path),
                       args=job.args, cwd=job.base_dir if job.is_module else str(job.script_path.parent),
