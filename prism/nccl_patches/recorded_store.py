@@ -40,7 +40,7 @@ from urllib.parse import quote, unquote
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load, save_file
+from safetensors.torch import load_file, save_file
 
 from prism.core.atomic import atomic_write_text
 from prism.core.errors import IntegrityError, PrismError, RunDirError
@@ -466,20 +466,21 @@ class _Capture:
         path = self.directory / info["tensors_file"]
         remedy = _capture_remedy(self.directory)
         try:
-            raw = path.read_bytes()
+            with path.open("rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                got = hashlib.file_digest(f, "sha256").hexdigest()  # streamed: no copy of the file
         except FileNotFoundError:
             raise IntegrityError(path, f"the captured tensors of rank {rank} are missing", remedy) from None
-        if len(raw) != info["tensors_bytes"]:
-            how = "truncated" if len(raw) < info["tensors_bytes"] else "corrupt"
-            raise IntegrityError(path, f"the captured tensors of rank {rank} are {how} ({len(raw)} bytes, "
-                                 f"{_capture_path(self.directory, rank, '.json').name} says {info['tensors_bytes']})",
-                                 remedy)
-        got = hashlib.sha256(raw).hexdigest()
+        json_name = _capture_path(self.directory, rank, ".json").name
+        if size != info["tensors_bytes"]:
+            how = "truncated" if size < info["tensors_bytes"] else "corrupt"
+            raise IntegrityError(path, f"the captured tensors of rank {rank} are {how} ({size} bytes, "
+                                 f"{json_name} says {info['tensors_bytes']})", remedy)
         if got != info["tensors_sha256"]:
             raise IntegrityError(path, f"sha256 mismatch in the captured tensors of rank {rank}: the file hashes to "
-                                 f"{got}, {_capture_path(self.directory, rank, '.json').name} says "
-                                 f"{info['tensors_sha256']} (the file was modified or corrupted)", remedy)
-        return load(raw)
+                                 f"{got}, {json_name} says {info['tensors_sha256']} (the file was modified or "
+                                 "corrupted)", remedy)
+        return load_file(str(path))
 
     def inputs(self, rank: int, key: str) -> list[torch.Tensor]:
         if rank not in self._tensors:

@@ -192,3 +192,13 @@ def test_a_pruned_set_without_index_was_not_finished(tmp_path: Path) -> None:
     (directory / "index.json").unlink()
     with pytest.raises(IntegrityError, match=r"index\.json: the index of the recorded data is missing; remove "):
         RecordedStore(directory)
+
+
+def test_the_cli_renders_the_error_with_the_file_and_the_remedy(tmp_path: Path, run_prism) -> None:
+    run = tmp_path / "run"
+    victim = KINDS["graph manifest"].make(run)
+    _flip(victim, text=False)
+    result = run_prism("simulate", str(run), env={"COLUMNS": "1000"}, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert f"error: {victim}: sha256 mismatch" in result.stderr, result.stderr
+    assert "re-run `prism collect`" in result.stderr, result.stderr
