@@ -263,9 +263,10 @@ def read_graph(directory: str | os.PathLike[str], *, expand: bool = True) -> Gra
     manifest = pb.Manifest()
     _parse(manifest, _read(manifest_path, "the graph manifest", remedy), manifest_path, remedy)
     _check_version(manifest.schema_version, manifest_path, remedy)
-    if _manifest_sha256(manifest) != manifest.sha256:
-        raise IntegrityError(manifest_path, f"sha256 mismatch: the manifest hashes to {_manifest_sha256(manifest)}, "
-                             f"it says {manifest.sha256} (the file was modified or corrupted)", remedy)
+    got = _manifest_sha256(manifest)
+    if got != manifest.sha256:
+        raise IntegrityError(manifest_path, f"sha256 mismatch: the manifest hashes to {got}, it says "
+                             f"{manifest.sha256 or 'nothing'} (the file was modified or corrupted)", remedy)
 
     nodes: dict[int, tuple[Node, ...]] = {}
     summaries: dict[int, RankSummary] = {}
