@@ -37,6 +37,14 @@ def graph() -> Graph:
     return parse_graph(EVERY_FIELD)
 
 
+def _write_manifest(out: Path, manifest: pb.Manifest) -> None:
+    """Write an edited manifest with its own checksum made valid again (the field holds the
+    sha256 of the manifest serialized with the field empty), as a deliberate editor would."""
+    manifest.sha256 = ""
+    manifest.sha256 = hashlib.sha256(manifest.SerializeToString(deterministic=True)).hexdigest()
+    (out / "manifest.pb").write_bytes(manifest.SerializeToString(deterministic=True))
+
+
 def test_round_trip_keeps_every_field(tmp_path: Path, graph: Graph) -> None:
     out = write_graph(graph, tmp_path / "bare")
     assert sorted(p.name for p in out.iterdir()) == [
@@ -107,7 +115,7 @@ def test_wrong_schema_version_in_manifest_names_it(tmp_path: Path, graph: Graph)
     out = write_graph(graph, tmp_path / "g")
     manifest = pb.Manifest.FromString((out / "manifest.pb").read_bytes())
     manifest.schema_version = SCHEMA_VERSION + 1
-    (out / "manifest.pb").write_bytes(manifest.SerializeToString())
+    _write_manifest(out, manifest)
     with pytest.raises(RunDirError, match=rf"manifest\.pb: schema_version {SCHEMA_VERSION + 1}, but this prism reads"):
         read_graph(out)
 
@@ -120,7 +128,8 @@ def test_wrong_schema_version_in_rank_file_names_it(tmp_path: Path, graph: Graph
     (out / "rank-00000.pb").write_bytes(data)
     manifest = pb.Manifest.FromString((out / "manifest.pb").read_bytes())
     manifest.rank_files[0].sha256 = hashlib.sha256(data).hexdigest()
-    (out / "manifest.pb").write_bytes(manifest.SerializeToString())
+    manifest.rank_files[0].size_bytes = len(data)
+    _write_manifest(out, manifest)
     with pytest.raises(RunDirError, match=r"rank-00000\.pb: schema_version 99"):
         read_graph(out)
 
@@ -134,7 +143,8 @@ def test_node_payload_checksum_is_checked(tmp_path: Path, graph: Graph) -> None:
     (out / "rank-00000.pb").write_bytes(data)
     manifest = pb.Manifest.FromString((out / "manifest.pb").read_bytes())
     manifest.rank_files[0].sha256 = hashlib.sha256(data).hexdigest()
-    (out / "manifest.pb").write_bytes(manifest.SerializeToString())
+    manifest.rank_files[0].size_bytes = len(data)
+    _write_manifest(out, manifest)
     with pytest.raises(RunDirError, match=r"rank-00000\.pb: node payload checksum mismatch"):
         read_graph(out)
 
@@ -142,5 +152,5 @@ def test_node_payload_checksum_is_checked(tmp_path: Path, graph: Graph) -> None:
 def test_garbage_manifest_names_the_file(tmp_path: Path, graph: Graph) -> None:
     out = write_graph(graph, tmp_path / "g")
     (out / "manifest.pb").write_bytes(b"\xff\xff\xff\xff")
-    with pytest.raises(RunDirError, match=r"manifest\.pb: corrupt Manifest"):
+    with pytest.raises(RunDirError, match=r"manifest\.pb: corrupt or truncated Manifest"):
         read_graph(out)

@@ -187,7 +187,7 @@ class Templates(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., template_of: _Optional[_Iterable[int]] = ..., replica_of: _Optional[_Iterable[int]] = ..., replicas: _Optional[_Iterable[_Union[Replica, _Mapping]]] = ...) -> None: ...
 
 class Manifest(_message.Message):
-    __slots__ = ("schema_version", "world_size", "kind", "job_name", "meta", "groups", "rank_files", "templates")
+    __slots__ = ("schema_version", "world_size", "kind", "job_name", "meta", "groups", "rank_files", "templates", "sha256")
     class MetaEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -203,6 +203,7 @@ class Manifest(_message.Message):
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     RANK_FILES_FIELD_NUMBER: _ClassVar[int]
     TEMPLATES_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
     schema_version: int
     world_size: int
     kind: str
@@ -211,4 +212,5 @@ class Manifest(_message.Message):
     groups: _containers.RepeatedCompositeFieldContainer[GroupInfo]
     rank_files: _containers.RepeatedCompositeFieldContainer[RankFileRef]
     templates: Templates
-    def __init__(self, schema_version: _Optional[int] = ..., world_size: _Optional[int] = ..., kind: _Optional[str] = ..., job_name: _Optional[str] = ..., meta: _Optional[_Mapping[str, str]] = ..., groups: _Optional[_Iterable[_Union[GroupInfo, _Mapping]]] = ..., rank_files: _Optional[_Iterable[_Union[RankFileRef, _Mapping]]] = ..., templates: _Optional[_Union[Templates, _Mapping]] = ...) -> None: ...
+    sha256: str
+    def __init__(self, schema_version: _Optional[int] = ..., world_size: _Optional[int] = ..., kind: _Optional[str] = ..., job_name: _Optional[str] = ..., meta: _Optional[_Mapping[str, str]] = ..., groups: _Optional[_Iterable[_Union[GroupInfo, _Mapping]]] = ..., rank_files: _Optional[_Iterable[_Union[RankFileRef, _Mapping]]] = ..., templates: _Optional[_Union[Templates, _Mapping]] = ..., sha256: _Optional[str] = ...) -> None: ...

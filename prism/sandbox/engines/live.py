@@ -41,7 +41,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import save_file
 
 from prism.core.atomic import atomic_write_text
 from prism.core.errors import PrismError
@@ -49,7 +48,7 @@ from prism.graph.records import CommOp
 from prism.nccl_patches import run_sandbox_side
 from prism.nccl_patches.compensation import bits_equal
 from prism.nccl_patches.parties import SandboxParty
-from prism.nccl_patches.recorded_store import CAPTURE_SCHEMA, RecordedStore, collective_key, p2p_key
+from prism.nccl_patches.recorded_store import RecordedStore, collective_key, p2p_key, write_capture
 from prism.nccl_patches.vplan import (
     WideTagTransport,
     barrier_record,
@@ -464,10 +463,7 @@ class LiveEngine(CommEngine):
         self.out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(live_result_path(self.out_dir, self.rank), json.dumps(result, indent=1))
         if self.capture_dir is not None:
-            self.capture_dir.mkdir(parents=True, exist_ok=True)
-            save_file(self._capture_tensors, str(self.capture_dir / f"rank-{self.rank:05d}.safetensors"))
-            atomic_write_text(self.capture_dir / f"rank-{self.rank:05d}.json",
-                              json.dumps({"schema": CAPTURE_SCHEMA, "rank": self.rank, "ops": self._capture_meta}))
+            write_capture(self.capture_dir, self.rank, self._capture_tensors, self._capture_meta)
         if self._recorded is not None:
             self._recorded.close()
         for t in self._transports.values():
