@@ -93,6 +93,7 @@ class Recorder:
         self._reported_loss: float | None = None
         self._end_ns: dict[int, int] = {}
         self._explicit_marks = False
+        self._step_listeners: list[Callable[[int], None]] = []
 
     # -- clock --------------------------------------------------------------------------------
     def _now(self) -> int:
@@ -189,6 +190,11 @@ class Recorder:
         if loss is not None:
             self._reported_loss = float(loss.detach().float().item() if isinstance(loss, torch.Tensor) else loss)
 
+    def add_step_listener(self, listener: Callable[[int], None]) -> None:
+        """``listener(steps_done)`` is called on the script's thread after each step ends (the
+        memory meter's measured window)."""
+        self._step_listeners.append(listener)
+
     def mark_step(self, *, from_optimizer: bool = False) -> None:
         """End the current step. Once the script marks steps itself (``prism.mark_step``), optimizer
         steps no longer do."""
@@ -211,6 +217,9 @@ class Recorder:
             self._reported_loss = None
             self._step += 1
             self._last_boundary = time.perf_counter_ns()
+            steps_done = self._step
+        for listener in self._step_listeners:
+            listener(steps_done)
 
     @property
     def current_step(self) -> int:
@@ -229,7 +238,8 @@ class Recorder:
             return tuple(self._step_times)
 
     # -- result -------------------------------------------------------------------------------
-    def finish(self, *, peak_memory_bytes: int, memory_source: str, engine: str, exit_code: int = 0) -> RankRecord:
+    def finish(self, *, peak_memory_bytes: int, memory_source: str, engine: str, exit_code: int = 0,
+               measured_peak_memory_bytes: int = -1) -> RankRecord:
         with self._lock:
             self._boundary()
             nodes = []
@@ -243,6 +253,7 @@ class Recorder:
                 losses=tuple(self._losses),
                 step_times_ns=tuple(self._step_times),
                 peak_memory_bytes=peak_memory_bytes,
+                measured_peak_memory_bytes=measured_peak_memory_bytes,
                 memory_source=memory_source,
                 exit_code=exit_code,
             )
