@@ -114,17 +114,19 @@ class PassthroughEngine(CommEngine):
         futures = [self._future_of(w, req) for w in works]
         done = torch.futures.collect_all(futures) if len(futures) != 1 else futures[0]
         size = req.group.size
-        # ``finish`` runs on the thread that completes the backend's work and must not hold the
-        # request: a tensor only the op still references (a pipeline stage's sent gradient) would
-        # outlive the script's wake-up by however long that thread takes to drop the closure,
-        # and count in the rank's peak or not depending on scheduling.
-        outputs = req.outputs
-        results = staged.outputs if staged is not None else outputs
+        # ``finish`` runs on the thread that completes the backend's work, and torch destroys a
+        # callback only after the future it completes has woken the script: it holds no request
+        # and empties ``held`` as it runs, or a tensor only the op still references (a pipeline
+        # stage's sent gradient) would outlive the script's wake-up by however long that thread
+        # takes, and count in the rank's peak or not depending on scheduling.
+        held = [req.outputs, staged.outputs if staged is not None else req.outputs]
         divide = self.divides_avg and req.reduce_op == "avg" and req.op in (
             CommOp.ALL_REDUCE, CommOp.REDUCE_SCATTER, CommOp.REDUCE)
         del staged
 
         def finish(f):
+            outputs, results = held
+            held.clear()
             f.value()  # re-raises a backend error into our future
             if divide:
                 with torch.no_grad():
