@@ -32,6 +32,7 @@ from prism.vrank_replayer.fidelity import PEAK_KINDS, losses_bitwise_equal, loss
 HELP = "record, calibrate and emulate a job, and compare with the real run and PyTorch's fake PG"
 REPEATS_DIR = "real-repeats"
 _PEAK_ROWS = {"measured": "peak, measured steps", "run": "peak, whole run"}
+_PEAK_NOTES = {"measured": "peak over the measured steps", "run": "whole-run peak"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -142,7 +143,7 @@ def print_validation(result: dict, console: Console) -> None:
             cells[f"{_PEAK_ROWS[k]} (real)"].append(_real_cell(c))
             cells[f"{_PEAK_ROWS[k]} (emulated)"].append(_emulated_cell(c))
             if c["timing_dependent"]:
-                notes.append(f"rank {r}: the {_PEAK_ROWS[k]} is timing-dependent: {len(c['real_bytes'])} real runs gave "
+                notes.append(f"rank {r}: its {_PEAK_NOTES[k]} is timing-dependent: {len(c['real_bytes'])} real runs gave "
                              f"{', '.join(_b(b) for b in c['real_bytes'])} (which comm buffers are still in flight "
                              "depends on when peers arrive; docs/emulate.md)")
         if f is None:
