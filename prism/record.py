@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cuda-backend", choices=("nccl", "gloo"), default="nccl")
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--boundary", default="", help="where a step ends, as iterations.boundary (docs/job-file.md)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="leading steps left out of the measured peak and step times (iterations.warmup)")
+    parser.add_argument("--measured", type=int, default=3,
+                        help="steps after the warmup that the measured peak covers (iterations.measured)")
     parser.add_argument("-m", dest="module", default=None, help="run a module instead of a script")
     parser.add_argument("script", nargs="?", help="training script")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
@@ -90,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         cwd=os.getcwd(),
         out_dir=str(ranks_dir),
         cuda_backend=ns.cuda_backend,
+        warmup_steps=ns.warmup,
+        measured_steps=ns.measured,
     )
     try:
         record = run_rank(spec)
@@ -113,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     job = job_from_dict(
         {"name": name, "entrypoint": entry, "args": list(args), "world_size": world,
          "ranks_per_node": local_world, "device": device,
-         **({"iterations": {"boundary": ns.boundary}} if ns.boundary else {})},
+         "iterations": {"warmup": ns.warmup, "measured": ns.measured,
+                        **({"boundary": ns.boundary} if ns.boundary else {})}},
         base_dir=os.getcwd(),
     )
     run.save_job(job)

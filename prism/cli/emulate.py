@@ -67,15 +67,16 @@ def run(args: argparse.Namespace) -> int:
     table = Table(title=f"emulated W={world} with ranks {args.ranks} real, vranks {data['clock']} "
                         f"({data.get('wall_s', 0):.1f} s), first {data['skip_steps']} step(s) skipped",
                   title_justify="left")
-    for col in ("rank", "iteration ms (mean)", "p50 ms", "calibrated prediction ms", "error", "peak memory",
-                "OOM", "diverged ops", "losses per step"):
+    for col in ("rank", "iteration ms (mean)", "p50 ms", "calibrated prediction ms", "error",
+                "peak memory (measured / run)", "OOM", "diverged ops", "losses per step"):
         table.add_column(col, justify="left" if col == "losses per step" else "right")
     for r, row in sorted(data["ranks"].items(), key=lambda kv: int(kv[0])):
         mean, pred = row.get("mean_ms"), row.get("predicted_mean_ms")
         err = f"{(mean - pred) / pred * 100:+.2f} %" if mean is not None and pred else "—"
-        mem = row.get("peak_memory_bytes", -1)
+        mem = " / ".join(f"{b / 2**20:.2f} MiB" if b >= 0 else "—" for b in
+                         (row.get("measured_peak_memory_bytes", -1), row.get("peak_memory_bytes", -1)))
         table.add_row(r, _ms(mean), _ms(row.get("p50_ms")), _ms(pred), err,
-                      f"{mem / 2**20:.2f} MiB" if mem >= 0 else "—", _oom_cell(row),
+                      mem, _oom_cell(row),
                       str(len(row.get("diverged_ops", []))), " ".join("—" if x != x else f"{x:.6f}" for x in row.get("losses", [])))
     console = Console()
     console.print(table)

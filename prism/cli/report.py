@@ -47,12 +47,14 @@ def _ms(ns: float) -> str:
 
 
 def print_run_table(graph: Graph, *, title: str, skip_steps: int = 1, console: Console | None = None) -> None:
-    """Per rank: comm ops by kind, bytes sent, step time (after ``skip_steps`` warmup), peak memory, loss."""
+    """Per rank: comm ops by kind, bytes sent, step time (after ``skip_steps`` warmup), peak memory (over
+    the measured steps, and over the whole run), loss."""
     console = console or Console(width=max(Console().width, 120))
     table = Table(title=title, title_justify="left", caption="AR all_reduce, AG all_gather, RS reduce_scatter, "
                   "A2A all_to_all, BC broadcast, RD reduce, GA gather, SC scatter, BAR barrier", caption_justify="left")
     for col, justify in [("rank", "right"), ("comm ops", "left"), ("bytes", "right"),
-                         ("step ms (mean)", "right"), ("steps", "right"), ("peak mem", "right"), ("last loss", "right")]:
+                         ("step ms (mean)", "right"), ("steps", "right"), ("peak mem (measured / run)", "right"),
+                         ("last loss", "right")]:
         table.add_column(col, justify=justify)
     for rank in sorted(graph.nodes):
         nodes = graph.nodes[rank]
@@ -64,7 +66,7 @@ def print_run_table(graph: Graph, *, title: str, skip_steps: int = 1, console: C
         measured = steps[skip_steps:] or steps
         mean = _ms(statistics.fmean(measured)) if measured else "-"
         loss = f"{s.losses[-1]:.4g}" if s and s.losses and not math.isnan(s.losses[-1]) else "-"
-        mem = human_bytes(s.peak_memory_bytes) if s else "-"
+        mem = f"{human_bytes(s.measured_peak_memory_bytes)} / {human_bytes(s.peak_memory_bytes)}" if s else "-"
         table.add_row(str(rank), ops, human_bytes(sent), mean, str(len(steps)), mem, loss)
     console.print(table)
     print_no_steps(ranks_without_steps(graph), console)

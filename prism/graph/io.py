@@ -117,6 +117,7 @@ def _summary_to_pb(s: RankSummary) -> pb.RankSummary:
         peak_memory_bytes=s.peak_memory_bytes,
         memory_source=s.memory_source,
         exit_code=s.exit_code,
+        measured_peak_memory_bytes=s.measured_peak_memory_bytes,
     )
 
 
@@ -224,6 +225,8 @@ def _summary_from_pb(m: pb.RankSummary) -> RankSummary:
         peak_memory_bytes=m.peak_memory_bytes,
         memory_source=m.memory_source,
         exit_code=m.exit_code,
+        measured_peak_memory_bytes=(m.measured_peak_memory_bytes if m.HasField("measured_peak_memory_bytes")
+                                    else -1),
     )
 
 

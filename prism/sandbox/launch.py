@@ -78,6 +78,8 @@ def worker_spec(job: JobConfig, rank: int, *, engine: str, out_dir: str, store_a
         cuda_backend=cuda_backend,
         engine_options=dict(engine_options or {}),
         memory_cap_bytes=job.memory_cap_bytes,
+        warmup_steps=job.iterations.warmup,
+        measured_steps=job.iterations.measured,
     )
 
 

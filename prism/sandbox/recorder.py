@@ -111,6 +111,7 @@ class Recorder:
         self._inferred: tuple[int, StepInference] | None = None
         self._end_ns: dict[int, int | GpuStamp] = {}
         self._explicit_marks = False
+        self._step_listeners: list[Callable[[int], None]] = []
 
     # -- clock --------------------------------------------------------------------------------
     # A time is an int (perf_counter_ns) or, on CUDA, a GpuStamp resolved when the rank finishes;
@@ -211,6 +212,11 @@ class Recorder:
             self._reported_loss = float(loss.detach().float().item() if isinstance(loss, torch.Tensor) else loss)
             self._reported_log.append((len(self._nodes), self._reported_loss))
 
+    def add_step_listener(self, listener: Callable[[int], None]) -> None:
+        """``listener(steps_done)`` is called on the script's thread after each step ends (the
+        memory meter's measured window)."""
+        self._step_listeners.append(listener)
+
     def mark_step(self, *, from_optimizer: bool = False) -> None:
         """End the current step. Once the script marks steps itself (``prism.mark_step``), optimizer
         steps no longer do."""
@@ -237,6 +243,9 @@ class Recorder:
             self._reported_log.clear()
             self._step += 1
             self._last_boundary = now if self._gpu is not None else time.perf_counter_ns()
+            steps_done = self._step
+        for listener in self._step_listeners:
+            listener(steps_done)
 
     def _resolve(self) -> None:
         """Read the pending GPU timestamps and losses (one device synchronization)."""
@@ -327,7 +336,8 @@ class Recorder:
         return list(inf.nodes), times, losses
 
     # -- result -------------------------------------------------------------------------------
-    def finish(self, *, peak_memory_bytes: int, memory_source: str, engine: str, exit_code: int = 0) -> RankRecord:
+    def finish(self, *, peak_memory_bytes: int, memory_source: str, engine: str, exit_code: int = 0,
+               measured_peak_memory_bytes: int = -1) -> RankRecord:
         with self._lock:
             self._boundary()
             self._resolve()
@@ -337,6 +347,7 @@ class Recorder:
                 losses=losses,
                 step_times_ns=step_times,
                 peak_memory_bytes=peak_memory_bytes,
+                measured_peak_memory_bytes=measured_peak_memory_bytes,
                 memory_source=memory_source,
                 exit_code=exit_code,
             )

@@ -157,7 +157,8 @@ def _worker_spec(job: JobConfig, rank: int, *, present: tuple[int, ...], store_a
                       entrypoint=job.entrypoint if job.is_module else str(job.script_path),
                       args=job.args, cwd=job.base_dir if job.is_module else str(job.script_path.parent),
                       out_dir=str(out_dir), env=dict(job.env), engine_options=engine_options,
-                      memory_cap_bytes=job.memory_cap_bytes, profile_dir=profile_dir)
+                      memory_cap_bytes=job.memory_cap_bytes, profile_dir=profile_dir,
+                      warmup_steps=job.iterations.warmup, measured_steps=job.iterations.measured)
 
 
 def _start_store(timeout_s: float) -> tuple[dist.TCPStore, str]:

@@ -27,7 +27,7 @@ r0#5 MARK step_end step=0 t=5000+0
 r1#0 RECV g0:0 <-0 64KiB bf16[32,1024] async
 r1#1 COLL broadcast g0:0 root=0 i64[]
 r2#0 COLL all_gather gep:0 f32[4] out[4][4] sum
-summary r0 step_times_ns=5000 losses=2.5,0.1 peak_memory_bytes=4096 memory_source=tracked
+summary r0 step_times_ns=5000 losses=2.5,0.1 peak_memory_bytes=4096 measured_peak_memory_bytes=2048 memory_source=tracked
 summary r2 exit_code=1
 """
 
@@ -154,3 +154,12 @@ def test_garbage_manifest_names_the_file(tmp_path: Path, graph: Graph) -> None:
     (out / "manifest.pb").write_bytes(b"\xff\xff\xff\xff")
     with pytest.raises(RunDirError, match=r"manifest\.pb: corrupt or truncated Manifest"):
         read_graph(out)
+
+
+def test_a_summary_written_before_the_measured_peak_existed_reads_it_as_unknown() -> None:
+    from prism.graph.io import _summary_from_pb
+
+    old = pb.RankSummary.FromString(pb.RankSummary(rank=1, peak_memory_bytes=4096).SerializeToString())
+    s = _summary_from_pb(old)
+    assert (s.peak_memory_bytes, s.measured_peak_memory_bytes) == (4096, -1)
+    assert _summary_from_pb(pb.RankSummary(rank=1, measured_peak_memory_bytes=0)).measured_peak_memory_bytes == 0

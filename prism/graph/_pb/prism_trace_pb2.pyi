@@ -114,20 +114,22 @@ class GroupInfo(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., desc: _Optional[str] = ...) -> None: ...
 
 class RankSummary(_message.Message):
-    __slots__ = ("rank", "losses", "step_times_ns", "peak_memory_bytes", "memory_source", "exit_code")
+    __slots__ = ("rank", "losses", "step_times_ns", "peak_memory_bytes", "memory_source", "exit_code", "measured_peak_memory_bytes")
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOSSES_FIELD_NUMBER: _ClassVar[int]
     STEP_TIMES_NS_FIELD_NUMBER: _ClassVar[int]
     PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     MEMORY_SOURCE_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     rank: int
     losses: _containers.RepeatedScalarFieldContainer[float]
     step_times_ns: _containers.RepeatedScalarFieldContainer[int]
     peak_memory_bytes: int
     memory_source: str
     exit_code: int
-    def __init__(self, rank: _Optional[int] = ..., losses: _Optional[_Iterable[float]] = ..., step_times_ns: _Optional[_Iterable[int]] = ..., peak_memory_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ..., exit_code: _Optional[int] = ...) -> None: ...
+    measured_peak_memory_bytes: int
+    def __init__(self, rank: _Optional[int] = ..., losses: _Optional[_Iterable[float]] = ..., step_times_ns: _Optional[_Iterable[int]] = ..., peak_memory_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ..., exit_code: _Optional[int] = ..., measured_peak_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class RankFile(_message.Message):
     __slots__ = ("schema_version", "rank", "summary", "has_summary", "nodes", "nodes_sha256")

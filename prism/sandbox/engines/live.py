@@ -29,13 +29,14 @@ they are listed in ``<out_dir>/rank-R.live.json`` with the op count, traffic and
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import logging
 import queue
 import resource
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,10 +95,14 @@ class _Channel:
 
     def _loop(self) -> None:
         while (item := self.queue.get()) is not None:
-            self._run(*item)
-            # Until the next op arrived, ``item`` would keep this op's tensors alive, which the
-            # script has freed: they would count in the rank's allocator peak.
+            complete = self._run(*item)
+            # The op's tensors are dropped before its waiter wakes: kept until the next op arrived,
+            # or until this thread ran again after waking the script, a tensor the script has
+            # freed (a pipeline stage's sent gradient) would count in the rank's allocator peak
+            # or not depending on scheduling.
             del item
+            complete()
+            del complete
 
 
 @dataclass(slots=True)
@@ -266,18 +271,19 @@ class LiveEngine(CommEngine):
         return ch
 
     @staticmethod
-    def _call(fn, *args) -> None:
-        fn(*args)
+    def _call(fn, *args) -> Callable[[], None]:
+        return fn(*args)
 
-    def _run(self, req: CommRequest, future: torch.futures.Future, snapshot) -> None:
+    def _run(self, req: CommRequest, future: torch.futures.Future, snapshot) -> Callable[[], None]:
+        """Runs the op; returns what completes its future (the channel calls it once it has
+        dropped the op)."""
         try:
             with torch.no_grad():
                 self._execute(req, snapshot)
         except BaseException as e:  # noqa: BLE001 - delivered to the waiter
             log.debug("rank %d: %s %s:%d failed", self.rank, req.op.value, req.group.group_id, req.seq, exc_info=True)
-            future.set_exception(e)
-            return
-        self._complete(future, req)
+            return functools.partial(future.set_exception, e)
+        return functools.partial(self._complete, future, req.outputs)
 
     def _first_done(self) -> None:
         if self._first_done_unix_s is None:
@@ -285,9 +291,9 @@ class LiveEngine(CommEngine):
                 if self._first_done_unix_s is None:
                     self._first_done_unix_s = time.time()
 
-    def _complete(self, future: torch.futures.Future, req: CommRequest) -> None:
+    def _complete(self, future: torch.futures.Future, outputs: list[torch.Tensor]) -> None:
         self._first_done()
-        future.set_result(req.outputs)
+        future.set_result(outputs)
 
     # ------------------------------------------------------------------ send/recv posted at once
 
@@ -317,7 +323,8 @@ class LiveEngine(CommEngine):
             num_bytes += buf.numel() * buf.element_size()
         return _Posted(works, bufs, targets, s if send else d, num_bytes)
 
-    def _finish_p2p(self, req: CommRequest, future: torch.futures.Future, snapshot, posted: _Posted) -> None:
+    def _finish_p2p(self, req: CommRequest, future: torch.futures.Future, snapshot,
+                    posted: _Posted) -> Callable[[], None]:
         try:
             timeout = datetime.timedelta(seconds=self.timeout_s)
             for work in posted.works:
@@ -339,9 +346,8 @@ class LiveEngine(CommEngine):
                 self._done(req, diverged, snapshot, posted.num_bytes)
         except BaseException as e:  # noqa: BLE001 - delivered to the waiter
             log.debug("rank %d: %s %s:%d failed", self.rank, req.op.value, req.group.group_id, req.seq, exc_info=True)
-            future.set_exception(e)
-            return
-        self._complete(future, req)
+            return functools.partial(future.set_exception, e)
+        return functools.partial(self._complete, future, req.outputs)
 
     # ------------------------------------------------------------------------------ one op
 
