@@ -278,10 +278,3 @@ def _write_outputs(req: CommRequest, outs: list[torch.Tensor], me: int, root: in
 
     write(req, outs, me, root)
 
-
-def check_layout(lanes: DeviceLanes, req: CommRequest) -> None:
-    """An op on a CUDA rank whose tensors are on another device than the rank's slot."""
-    for t in (*req.inputs, *req.outputs):
-        if t.device != lanes.device:
-            raise PrismError(f"rank {lanes.rank}: {req.op.value} on group {req.group.group_id} seq {req.seq}: "
-                             f"a tensor on {t.device}, but the rank's slot is {lanes.device}")
