@@ -48,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default=None, help="job name (default: the script's name)")
     parser.add_argument("--cuda-backend", choices=("nccl", "gloo"), default="nccl")
     parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--boundary", default="", help="where a step ends, as iterations.boundary (docs/job-file.md)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="leading steps left out of the measured peak and step times (iterations.warmup)")
+    parser.add_argument("--measured", type=int, default=3,
+                        help="steps after the warmup that the measured peak covers (iterations.measured)")
     parser.add_argument("-m", dest="module", default=None, help="run a module instead of a script")
     parser.add_argument("script", nargs="?", help="training script")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
@@ -81,13 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     ranks_dir.mkdir(parents=True, exist_ok=True)
     spec = WorkerSpec(
         shim=ShimConfig(rank=rank, world_size=world, local_rank=local_rank, ranks_per_node=local_world,
-                        device=device, store_addr=f"{host}:{port}", timeout_s=ns.timeout),
+                        device=device, store_addr=f"{host}:{port}", timeout_s=ns.timeout,
+                        boundary=ns.boundary),
         engine="passthrough",
         entrypoint=entry,
         args=args,
         cwd=os.getcwd(),
         out_dir=str(ranks_dir),
         cuda_backend=ns.cuda_backend,
+        warmup_steps=ns.warmup,
+        measured_steps=ns.measured,
     )
     try:
         record = run_rank(spec)
@@ -110,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     name = ns.name or (ns.module or Path(ns.script).stem)
     job = job_from_dict(
         {"name": name, "entrypoint": entry, "args": list(args), "world_size": world,
-         "ranks_per_node": local_world, "device": device},
+         "ranks_per_node": local_world, "device": device,
+         "iterations": {"warmup": ns.warmup, "measured": ns.measured,
+                        **({"boundary": ns.boundary} if ns.boundary else {})}},
         base_dir=os.getcwd(),
     )
     run.save_job(job)

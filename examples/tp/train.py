@@ -85,7 +85,9 @@ def main():
         plan[f"blocks.{i}.up"] = ColwiseParallel()
         plan[f"blocks.{i}.down"] = RowwiseParallel()
     parallelize_module(model, mesh["tp"], plan)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    # foreach=False: the head's parameters are plain tensors beside the blocks' DTensors, and the
+    # foreach kernels (CUDA's default) refuse the mix.
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=False)
 
     # Data depends on the dp coordinate only: the ranks of one tp group see the same batch.
     gen = torch.Generator().manual_seed(1000 + dp_rank)

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from prism.vrank_replayer.calibrate_run import CalibrateResult, calibrate_run, mean_measured_ns
+
+from .devices import add_device_arguments, device_options
+from .report import print_no_steps
 
 HELP = "time the ranks slice by slice and calibrate the graph (RUN/graph/timed)"
 
@@ -23,18 +25,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip", type=int, default=None, help="warmup steps left out (default: iterations.warmup)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before a slice is stopped")
     p.add_argument("--json", dest="json_out", default=None, help="also write the per-rank rows as JSON here")
+    add_device_arguments(p)
 
 
 def result_rows(result: CalibrateResult) -> dict[int, dict]:
+    """Per rank: times in ms, None where the rank has no steps (or no real run)."""
     skip = result.report.skip_steps
     rows = {}
     for rank, rc in sorted(result.report.ranks.items()):
         real = result.real_steps_ns.get(rank)
-        real_ms = mean_measured_ns(real, skip) / 1e6 if real else math.nan
-        rows[rank] = {"uncalibrated_ms": rc.uncalibrated_step_ns / 1e6, "calibrated_ms": rc.calibrated_step_ns / 1e6,
-                      "real_ms": real_ms,
-                      "calibrated_error": (rc.calibrated_step_ns / 1e6 - real_ms) / real_ms if real else math.nan}
+        real_ms = mean_measured_ns(real, skip) / 1e6 if real else None
+        calibrated_ms = rc.calibrated_step_ns / 1e6 if rc.calibrated_steps_ns else None
+        rows[rank] = {"uncalibrated_ms": rc.uncalibrated_step_ns / 1e6 if rc.calibrated_steps_ns else None,
+                      "calibrated_ms": calibrated_ms, "real_ms": real_ms,
+                      "calibrated_error": (calibrated_ms - real_ms) / real_ms
+                      if calibrated_ms is not None and real_ms else None}
     return rows
+
+
+def _no_steps(result: CalibrateResult) -> list[int]:
+    return [r for r, rc in sorted(result.report.ranks.items()) if not rc.calibrated_steps_ns]
+
+
+def _iteration_ms(result: CalibrateResult) -> tuple[float | None, float | None]:
+    """(uncalibrated, calibrated) iteration time, None when no rank has steps."""
+    if len(_no_steps(result)) == len(result.report.ranks):
+        return None, None
+    return result.report.uncalibrated_iteration_ns / 1e6, result.report.iteration_ns / 1e6
+
+
+def _cell(x: float | None, fmt: str = "{:.2f}") -> str:
+    return "—" if x is None else fmt.format(x)
 
 
 def print_result(result: CalibrateResult, console: Console) -> None:
@@ -44,12 +65,16 @@ def print_result(result: CalibrateResult, console: Console) -> None:
         table.add_column(col, justify="right")
     for rank, row in result_rows(result).items():
         err = row["calibrated_error"]
-        table.add_row(str(rank), f"{row['uncalibrated_ms']:.2f}", f"{row['calibrated_ms']:.2f}",
-                      "—" if math.isnan(row["real_ms"]) else f"{row['real_ms']:.2f}",
-                      "—" if math.isnan(err) else f"{err * 100:+.2f} %")
+        table.add_row(str(rank), _cell(row["uncalibrated_ms"]), _cell(row["calibrated_ms"]), _cell(row["real_ms"]),
+                      _cell(None if err is None else err * 100, "{:+.2f} %"))
     console.print(table)
-    console.print(f"iteration time: {result.report.uncalibrated_iteration_ns / 1e6:.2f} ms uncalibrated → "
-                  f"{result.report.iteration_ns / 1e6:.2f} ms calibrated; timed graph: {result.timed_dir}")
+    uncalibrated, calibrated = _iteration_ms(result)
+    if calibrated is not None:
+        console.print(f"iteration time: {uncalibrated:.2f} ms uncalibrated → {calibrated:.2f} ms calibrated; "
+                      f"timed graph: {result.timed_dir}")
+    else:
+        console.print(f"timed graph: {result.timed_dir}")
+    print_no_steps(_no_steps(result), console)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,10 +88,12 @@ def run(args: argparse.Namespace) -> int:
             progress.update(task, completed=done, total=total, description=desc)
 
         result = calibrate_run(args.run_dir, slice_size=args.slice_size, skip_steps=args.skip,
-                               timeout_s=args.timeout, on_slice=on_slice)
+                               timeout_s=args.timeout, on_slice=on_slice, device=device_options(args))
     print_result(result, console)
     if args.json_out:
+        uncalibrated, calibrated = _iteration_ms(result)
         with open(args.json_out, "w") as f:
-            json.dump({"ranks": result_rows(result), "iteration_ms": result.report.iteration_ns / 1e6,
-                       "uncalibrated_iteration_ms": result.report.uncalibrated_iteration_ns / 1e6}, f, indent=2)
+            json.dump({"ranks": result_rows(result), "iteration_ms": calibrated,
+                       "uncalibrated_iteration_ms": uncalibrated, "ranks_without_steps": _no_steps(result)}, f,
+                      indent=2)
     return 0

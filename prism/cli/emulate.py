@@ -18,6 +18,8 @@ from prism.vrank_replayer import EmulateOptions
 from prism.vrank_replayer.emulate_report import emulate_and_report
 
 from . import EXIT_OOM
+from .devices import add_device_arguments, device_options
+from .report import print_no_steps
 
 HELP = "run some ranks for real, the rest as virtual ranks"
 
@@ -37,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", action="store_true",
                    help="run the sandbox ranks under torch.profiler: RUN/emulations/<id>/profile/rank<R>.json")
     p.add_argument("--json", action="store_true", help="print report.json")
+    add_device_arguments(p)
 
 
 def _oom_cell(row: dict) -> str:
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     world = RunDir(Path(args.run_dir)).load_job().world_size
     options = EmulateOptions(ranks=parse_rank_ranges(args.ranks, world), steps=args.steps,
                              num_replayers=args.replayers, graph_kind=args.graph, timeout_s=args.timeout,
-                             memory_cap_bytes=args.memory_cap, profile=args.profile)
+                             memory_cap_bytes=args.memory_cap, profile=args.profile, **device_options(args))
     report = emulate_and_report(args.run_dir, options, use_timed=not args.asap)
     data = report.data
     code = EXIT_OOM if "failed" in data else 0
@@ -64,16 +67,17 @@ def run(args: argparse.Namespace) -> int:
     table = Table(title=f"emulated W={world} with ranks {args.ranks} real, vranks {data['clock']} "
                         f"({data.get('wall_s', 0):.1f} s), first {data['skip_steps']} step(s) skipped",
                   title_justify="left")
-    for col in ("rank", "iteration ms (mean)", "p50 ms", "calibrated prediction ms", "error", "peak memory",
-                "OOM", "diverged ops", "losses per step"):
+    for col in ("rank", "iteration ms (mean)", "p50 ms", "calibrated prediction ms", "error",
+                "peak memory (measured / run)", "OOM", "diverged ops", "losses per step"):
         table.add_column(col, justify="left" if col == "losses per step" else "right")
     for r, row in sorted(data["ranks"].items(), key=lambda kv: int(kv[0])):
         mean, pred = row.get("mean_ms"), row.get("predicted_mean_ms")
         err = f"{(mean - pred) / pred * 100:+.2f} %" if mean is not None and pred else "—"
-        mem = row.get("peak_memory_bytes", -1)
+        mem = " / ".join(f"{b / 2**20:.2f} MiB" if b >= 0 else "—" for b in
+                         (row.get("measured_peak_memory_bytes", -1), row.get("peak_memory_bytes", -1)))
         table.add_row(r, _ms(mean), _ms(row.get("p50_ms")), _ms(pred), err,
-                      f"{mem / 2**20:.2f} MiB" if mem >= 0 else "—", _oom_cell(row),
-                      str(len(row.get("diverged_ops", []))), " ".join(f"{x:.6f}" for x in row.get("losses", [])))
+                      mem, _oom_cell(row),
+                      str(len(row.get("diverged_ops", []))), " ".join("—" if x != x else f"{x:.6f}" for x in row.get("losses", [])))
     console = Console()
     console.print(table)
     for r, row in sorted(data["ranks"].items(), key=lambda kv: int(kv[0])):
@@ -82,4 +86,6 @@ def run(args: argparse.Namespace) -> int:
                           f"{escape(row['oom']['message'])}", highlight=False)
     extra = ", profile/" if "profile_dir" in data else ""
     console.print(f"outputs: {report.out_dir} (report.json, timeline.json{extra})")
+    print_no_steps([int(r) for r, row in sorted(data["ranks"].items(), key=lambda kv: int(kv[0]))
+                    if not row.get("step_ms") and not row["oom"]], console)
     return code

@@ -62,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(show_path=False)])
-    err = Console(stderr=True)
+    # Error lines are never wrapped by the console: in a pipe or a log (80 columns) a long path
+    # split the message, and what a test or a grep looks for depended on the path's length.
+    err = Console(stderr=True, soft_wrap=True)
     try:
         with _stop_on_signals():
             return int(args.handler(args) or 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 
@@ -9,8 +10,20 @@ from rich.console import Console
 from rich.table import Table
 
 from prism.graph.records import Graph, NodeKind
+from prism.graph.steps import no_steps_message
 
-__all__ = ["print_run_table", "human_bytes"]
+__all__ = ["print_run_table", "human_bytes", "ranks_without_steps", "print_no_steps"]
+
+
+def ranks_without_steps(graph: Graph) -> list[int]:
+    """Ranks whose iteration boundaries were not found (no step times)."""
+    return [r for r in sorted(graph.nodes) if not (s := graph.summaries.get(r)) or not s.step_times_ns]
+
+
+def print_no_steps(ranks, console: Console | None = None) -> None:
+    """The one line that says which ranks have no steps and how to give them some."""
+    if ranks:
+        (console or Console()).print(f"[yellow]{no_steps_message(list(ranks))}[/]", soft_wrap=True)
 
 
 def human_bytes(n: float) -> str:
@@ -34,12 +47,14 @@ def _ms(ns: float) -> str:
 
 
 def print_run_table(graph: Graph, *, title: str, skip_steps: int = 1, console: Console | None = None) -> None:
-    """Per rank: comm ops by kind, bytes sent, step time (after ``skip_steps`` warmup), peak memory, loss."""
+    """Per rank: comm ops by kind, bytes sent, step time (after ``skip_steps`` warmup), peak memory (over
+    the measured steps, and over the whole run), loss."""
     console = console or Console(width=max(Console().width, 120))
     table = Table(title=title, title_justify="left", caption="AR all_reduce, AG all_gather, RS reduce_scatter, "
                   "A2A all_to_all, BC broadcast, RD reduce, GA gather, SC scatter, BAR barrier", caption_justify="left")
     for col, justify in [("rank", "right"), ("comm ops", "left"), ("bytes", "right"),
-                         ("step ms (mean)", "right"), ("steps", "right"), ("peak mem", "right"), ("last loss", "right")]:
+                         ("step ms (mean)", "right"), ("steps", "right"), ("peak mem (measured / run)", "right"),
+                         ("last loss", "right")]:
         table.add_column(col, justify=justify)
     for rank in sorted(graph.nodes):
         nodes = graph.nodes[rank]
@@ -50,7 +65,8 @@ def print_run_table(graph: Graph, *, title: str, skip_steps: int = 1, console: C
         steps = list(s.step_times_ns) if s else []
         measured = steps[skip_steps:] or steps
         mean = _ms(statistics.fmean(measured)) if measured else "-"
-        loss = f"{s.losses[-1]:.4g}" if s and s.losses else "-"
-        mem = human_bytes(s.peak_memory_bytes) if s else "-"
+        loss = f"{s.losses[-1]:.4g}" if s and s.losses and not math.isnan(s.losses[-1]) else "-"
+        mem = f"{human_bytes(s.measured_peak_memory_bytes)} / {human_bytes(s.peak_memory_bytes)}" if s else "-"
         table.add_row(str(rank), ops, human_bytes(sent), mean, str(len(steps)), mem, loss)
     console.print(table)
+    print_no_steps(ranks_without_steps(graph), console)

@@ -1,7 +1,12 @@
 """Validate prism against the real job (DESIGN §10): record the real run (all ranks, gloo), capture
 and calibrate, emulate the chosen sandbox ranks, and compare them with the real run — comm
 signature, losses, iteration time, peak memory — beside the free tool: the same rank alone under
-PyTorch's fake process group (``prism walk --engine torch-fake``)."""
+PyTorch's fake process group (``prism walk --engine torch-fake``).
+
+Peak memory comes in two kinds (the measured steps', the whole run's). With ``--real-repeats N``
+the real job runs N times (the first in RUN, the others in ``RUN/real-repeats/<k>``) and each
+peak is compared with the real spread: it must lie in it, and equal it where the real runs agree;
+a peak on which the real runs disagree is reported as timing-dependent."""
 
 from __future__ import annotations
 
@@ -15,16 +20,22 @@ from rich.console import Console
 from rich.table import Table
 
 from prism.core.config import load_job
-from prism.core.errors import RankFailedError
+from prism.core.errors import PrismError, RankFailedError
 from prism.core.ranks import parse_rank_ranges
 from prism.graph.compare import match_ratio
 from prism.sandbox.recording import record_job, walk_rank
 from prism.vrank_replayer import EmulateOptions, captured_losses
 from prism.vrank_replayer.calibrate_run import calibrate_run, ensure_recorded
 from prism.vrank_replayer.emulate_report import emulate_and_report
-from prism.vrank_replayer.fidelity import losses_bitwise_equal, losses_equal, rank_fidelity, step_errors
+from prism.vrank_replayer.fidelity import PEAK_KINDS, losses_bitwise_equal, losses_equal, rank_fidelity, step_errors
+
+from .devices import add_device_arguments, device_options
+from .report import print_no_steps, ranks_without_steps
 
 HELP = "record, calibrate and emulate a job, and compare with the real run and PyTorch's fake PG"
+REPEATS_DIR = "real-repeats"
+_PEAK_ROWS = {"measured": "peak, measured steps", "run": "peak, whole run"}
+_PEAK_NOTES = {"measured": "peak over the measured steps", "run": "whole-run peak"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,6 +46,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--no-torch-fake", action="store_true", help="leave out the fake process group column")
     p.add_argument("--json", dest="json_out", default=None, help="write the comparison as JSON here")
+    add_device_arguments(p)
+    p.add_argument("--real-repeats", type=int, default=1, metavar="N",
+                   help="run the real job N times and compare the emulated peaks with the real spread "
+                        "(a peak can depend on when peers arrive); default 1")
 
 
 def _torch_fake(job, rank: int, real, skip: int, timeout_s: float) -> dict:
@@ -52,63 +67,113 @@ def _torch_fake(job, rank: int, real, skip: int, timeout_s: float) -> dict:
     return {"status": "ran", "signature_match": match_ratio(real.nodes[rank], real.groups, rec.nodes,
                                                             {g.group_id: g for g in rec.groups}),
             "losses_equal": equal, "time": dataclasses.asdict(t),
-            "peak_memory_bytes": rec.summary.peak_memory_bytes}
+            "peak_memory_bytes": rec.summary.peak_memory_bytes,
+            "measured_peak_memory_bytes": rec.summary.measured_peak_memory_bytes}
 
 
 def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int, timeout_s: float,
-             torch_fake: bool) -> dict:
+             torch_fake: bool, device: dict | None = None, real_repeats: int = 1) -> dict:
+    if real_repeats < 1:
+        raise PrismError(f"--real-repeats must be at least 1, got {real_repeats}")
     job = load_job(job_path)
     ranks = parse_rank_ranges(ranks_text, job.world_size)
     run = Path(out or f"validate-{job.name}")
     skip = job.iterations.warmup
     real = record_job(job, run, timeout_s=timeout_s)
-    cal = calibrate_run(run, slice_size=slice_size, skip_steps=skip, timeout_s=timeout_s)
+    repeats = [record_job(job, run / REPEATS_DIR / str(k), timeout_s=timeout_s) for k in range(1, real_repeats)]
+    cal = calibrate_run(run, slice_size=slice_size, skip_steps=skip, timeout_s=timeout_s, device=device)
     ensure_recorded(run, ranks, timeout_s=timeout_s)
-    emu = emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s), skip_steps=skip)
+    emu = emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s, **(device or {})), skip_steps=skip)
     rows = {}
     for r in ranks:
         row = emu.data["ranks"][str(r)]
         fid = rank_fidelity(r, real, emu.nodes[r], emu.groups, losses=row.get("losses", []),
                             steps_ms=row.get("step_ms", []), peak_memory_bytes=row.get("peak_memory_bytes", -1),
-                            skip=skip)
+                            measured_peak_memory_bytes=row.get("measured_peak_memory_bytes", -1), skip=skip,
+                            real_repeats=repeats)
         collected = captured_losses(run, r)
         bitwise = collected is not None and losses_bitwise_equal(row.get("losses", []), collected)
         rows[r] = {"prism": {**dataclasses.asdict(fid), "losses_bitwise_collected": bitwise, "oom": row["oom"], "diverged_ops": len(row.get("diverged_ops", [])),
-                             "calibrated_ms": cal.report.ranks[r].calibrated_step_ns / 1e6},
+                             "calibrated_ms": cal.report.ranks[r].calibrated_step_ns / 1e6
+                             if cal.report.ranks[r].calibrated_steps_ns else None},
                    "torch_fake": _torch_fake(job, r, real, skip, timeout_s) if torch_fake else None}
-    return {"job": job.name, "world_size": job.world_size, "sandbox_ranks": list(ranks), "run_dir": str(run),
-            "skip_steps": skip, "emulation": str(emu.out_dir), "ranks": rows}
+    return without_nan({"job": job.name, "world_size": job.world_size, "sandbox_ranks": list(ranks),
+                        "run_dir": str(run), "skip_steps": skip, "real_repeats": real_repeats,
+                        "emulation": str(emu.out_dir), "ranks": rows,
+                        "ranks_without_steps": [r for r in ranks_without_steps(real) if r in ranks]})
 
 
-def _pct(x) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 100:.2f} %"
+def _known(x) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
 
 
-def _mib(b) -> str:
-    return "—" if b is None or b < 0 else f"{b / 2**20:.3f} MiB"
+def _pct(x, sign: str = "") -> str:
+    return f"{x * 100:{sign}.2f} %" if _known(x) else "—"
 
 
-def print_validation(result: dict, console: Console) -> None:
-    table = Table(title=f"validate {result['job']} W={result['world_size']}: sandbox {result['sandbox_ranks']} vs the "
-                        f"real run (first {result['skip_steps']} step(s) skipped)", title_justify="left")
+def _ms(x) -> str:
+    return f"{x:.2f}" if _known(x) else "—"
+
+
+def without_nan(value):
+    """``value`` with every NaN as None (JSON null): a figure that could not be measured."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: without_nan(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [without_nan(v) for v in value]
+    return value
+
+
+def _b(b) -> str:
+    return "—" if b is None or b < 0 else f"{b:,} B"
+
+
+def _real_cell(c: dict) -> str:
+    if c["real_min_bytes"] == c["real_max_bytes"]:
+        return _b(c["real_min_bytes"])
+    return f"{_b(c['real_min_bytes'])} – {_b(c['real_max_bytes'])} (timing-dependent)"
+
+
+def _emulated_cell(c: dict) -> str:
+    verdict = "equal" if c["equal"] else "in real spread" if c["in_real_spread"] else "OUT of real spread"
+    return f"{_b(c['emulated_bytes'])} ({verdict})"
+
+
+def print_validation(result: dict, console: Console, *, timing: bool = True) -> None:
+    """``timing=False``: the iteration-time rows say the real run is not a valid timing reference
+    on this host (e.g. a W=8 real-model job on 2 cores) instead of printing an error figure."""
+    repeats = result.get("real_repeats", 1)
+    runs = f"{repeats} real runs" if repeats > 1 else "the real run"
+    table = Table(title=f"validate {result['job']} W={result['world_size']}: sandbox {result['sandbox_ranks']} vs "
+                        f"{runs} (first {result['skip_steps']} step(s) skipped)", title_justify="left")
     table.add_column("metric")
     for r in result["ranks"]:
         table.add_column(f"prism emulate r{r}", justify="right")
         table.add_column(f"torch fake PG r{r}", justify="right")
+    peak_rows = [f"{_PEAK_ROWS[k]} ({w})" for k in PEAK_KINDS for w in ("real", "emulated")]
     metrics = ["comm signature match", "losses bitwise = collected", "losses equal real", "iteration time error (mean)",
-               "iteration time error (max step)", "iteration ms (real)", "peak memory (real)", "peak memory diff"]
+               "iteration time error (max step)", "iteration ms (real)", *peak_rows]
     cells = {m: [] for m in metrics}
-    for v in result["ranks"].values():
+    notes = []
+    for r, v in result["ranks"].items():
         p, f = v["prism"], v["torch_fake"]
         t = p["time"]
         cells["comm signature match"].append(_pct(p["signature_match"]))
         cells["losses bitwise = collected"].append("yes" if p.get("losses_bitwise_collected") else "no")
         cells["losses equal real"].append("yes" if p["losses_equal"] else f"no (max rel {p['max_loss_rel_diff']:.1e})")
-        cells["iteration time error (mean)"].append(f"{t['mean_rel_error'] * 100:+.2f} %")
+        cells["iteration time error (mean)"].append(_pct(t["mean_rel_error"], "+"))
         cells["iteration time error (max step)"].append(_pct(t["max_rel_error"]))
-        cells["iteration ms (real)"].append(f"{t['real_mean_ms']:.2f} (emu {t['mean_ms']:.2f})")
-        cells["peak memory (real)"].append(_mib(p["real_peak_memory_bytes"]))
-        cells["peak memory diff"].append(_mib(abs(p["peak_memory_bytes"] - p["real_peak_memory_bytes"])))
+        cells["iteration ms (real)"].append(f"{_ms(t['real_mean_ms'])} (emu {_ms(t['mean_ms'])})")
+        for k in PEAK_KINDS:
+            c = p["peaks"][k]
+            cells[f"{_PEAK_ROWS[k]} (real)"].append(_real_cell(c))
+            cells[f"{_PEAK_ROWS[k]} (emulated)"].append(_emulated_cell(c))
+            if c["timing_dependent"]:
+                notes.append(f"rank {r}: its {_PEAK_NOTES[k]} is timing-dependent: {len(c['real_bytes'])} real runs gave "
+                             f"{', '.join(_b(b) for b in c['real_bytes'])} (which comm buffers are still in flight "
+                             "depends on when peers arrive; docs/emulate.md)")
         if f is None:
             for m in metrics:
                 cells[m].append("—")
@@ -121,20 +186,28 @@ def print_validation(result: dict, console: Console) -> None:
             cells["comm signature match"].append(_pct(f["signature_match"]))
             cells["losses bitwise = collected"].append("—")
             cells["losses equal real"].append("yes" if f["losses_equal"] else "no (garbage values)")
-            cells["iteration time error (mean)"].append(f"{ft['mean_rel_error'] * 100:+.2f} % (no peer waits)")
+            cells["iteration time error (mean)"].append(f"{_pct(ft['mean_rel_error'], '+')} (no peer waits)")
             cells["iteration time error (max step)"].append(_pct(ft["max_rel_error"]))
-            cells["iteration ms (real)"].append(f"(fake {ft['mean_ms']:.2f})")
-            cells["peak memory (real)"].append("")
-            cells["peak memory diff"].append(_mib(abs(f["peak_memory_bytes"] - p["real_peak_memory_bytes"])))
+            cells["iteration ms (real)"].append(f"(fake {_ms(ft['mean_ms'])})")
+            fake = {"measured": f.get("measured_peak_memory_bytes", -1), "run": f["peak_memory_bytes"]}
+            for k in PEAK_KINDS:
+                cells[f"{_PEAK_ROWS[k]} (real)"].append("")
+                cells[f"{_PEAK_ROWS[k]} (emulated)"].append(_b(fake[k]))
+    if not timing:
+        for m in ("iteration time error (mean)", "iteration time error (max step)", "iteration ms (real)"):
+            cells[m] = ["not comparable on this host" if i % 2 == 0 else "—" for i in range(len(cells[m]))]
     for m in metrics:
         table.add_row(m, *cells[m])
     console.print(table)
+    for note in notes:
+        console.print(note, highlight=False)
     console.print(f"run: {result['run_dir']}  emulation: {result['emulation']}")
+    print_no_steps(result.get("ranks_without_steps", []), console)
 
 
 def run(args: argparse.Namespace) -> int:
     result = validate(args.job, args.ranks, args.out, slice_size=args.slice_size, timeout_s=args.timeout,
-                      torch_fake=not args.no_torch_fake)
+                      torch_fake=not args.no_torch_fake, device=device_options(args), real_repeats=args.real_repeats)
     print_validation(result, Console())
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=2, default=str))

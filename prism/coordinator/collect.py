@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import shutil
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -104,6 +104,7 @@ def _spec(job: JobConfig, rank: int, *, out_dir: Path, timeout_s: float, options
         local_rank=0 if job.device == "cuda" else rank % job.ranks_per_node,
         ranks_per_node=job.ranks_per_node, device=job.device,
         store_addr="", present_ranks=1, is_store_leader=True, timeout_s=timeout_s,
+        boundary=job.iterations.boundary,
     )
     return WorkerSpec(
         shim=shim, engine="coordinator",
@@ -111,6 +112,7 @@ def _spec(job: JobConfig, rank: int, *, out_dir: Path, timeout_s: float, options
         cwd=job.base_dir if job.is_module else str(job.script_path.parent), out_dir=str(out_dir),
         env=dict(job.env), cuda_backend="gloo", engine_options=options,
         memory_cap_bytes=job.memory_cap_bytes, observe_other_groups=job.templates == "dp",
+        warmup_steps=job.iterations.warmup, measured_steps=job.iterations.measured,
     )
 
 

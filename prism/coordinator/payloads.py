@@ -5,12 +5,17 @@ ranks named in ``values.ranks``, what it handed in (its inputs, for later compen
 contents are stored once (every rank of an all-reduce receives the same bytes). The index
 ``RUN/payloads/index.json`` maps ``"<rank>/<group_id>/<seq>/<kind>"`` to
 ``{"outputs": hash, "inputs": hash}``; the output hash is also the graph node's ``payload``.
+
+Integrity: a payload's name is :func:`payload_hash` of its tensors, and :func:`load_payload`
+checks it the first time this process reads the file (:class:`~prism.core.integrity.VerifiedFiles`:
+a payload every rank of an all-reduce receives is hashed once); the index carries a sha256 of
+its content (:func:`~prism.core.integrity.dumps_checked`), checked by :func:`load_index`. A
+missing, truncated or altered file is an :class:`~prism.core.errors.IntegrityError` naming it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,10 +27,17 @@ from safetensors.torch import load_file, save_file
 
 from prism.core.atomic import atomic_write_text
 from prism.core.config import ValuesPolicy
-from prism.core.errors import RunDirError
+from prism.core.errors import IntegrityError, RunDirError
+from prism.core.integrity import VerifiedFiles, dumps_checked, load_checked, safetensors_problem
 from prism.core.ranks import parse_rank_ranges
 
-__all__ = ["PayloadPolicy", "PayloadStore", "payload_hash", "load_payload", "op_key", "write_error"]
+__all__ = ["PayloadPolicy", "PayloadStore", "payload_hash", "load_payload", "load_index", "op_key", "write_error"]
+
+_VERIFIED = VerifiedFiles()
+
+
+def _remedy(directory: Path) -> str:
+    return f"re-run `prism collect` to write {directory} again"
 
 
 def op_key(rank: int, group_id: str, seq: int, kind: str) -> str:
@@ -38,13 +50,39 @@ def payload_hash(tensors: Sequence[torch.Tensor]) -> str:
     for t in tensors:
         c = t.detach().contiguous().reshape(-1)
         h.update(f"{c.dtype}|{tuple(t.shape)}|".encode())
-        h.update(c.view(torch.uint8).numpy().tobytes() if c.numel() else b"")
+        if c.numel():
+            h.update(c.view(torch.uint8).numpy())  # the buffer itself: no copy
     return h.hexdigest()
 
 
 def load_payload(directory: str | Path, digest: str) -> list[torch.Tensor]:
-    data = load_file(str(Path(directory) / f"{digest}.safetensors"))
-    return [data[str(i)] for i in range(len(data))]
+    """The tensors of payload ``digest``; the first read in this process checks their hash."""
+    directory = Path(directory)
+    path = directory / f"{digest}.safetensors"
+    verified = _VERIFIED.done(path)
+    try:
+        data = load_file(str(path))
+    except FileNotFoundError:
+        raise IntegrityError(path, "payload is missing", _remedy(directory)) from None
+    except (SafetensorError, OSError) as e:
+        raise IntegrityError(path, f"payload is {safetensors_problem(path, e)}", _remedy(directory)) from e
+    try:
+        tensors = [data[str(i)] for i in range(len(data))]
+    except KeyError:
+        raise IntegrityError(path, f"payload is corrupt (tensor names {sorted(data)})", _remedy(directory)) from None
+    if not verified:
+        got = payload_hash(tensors)
+        if got != digest:
+            raise IntegrityError(path, f"sha256 mismatch: its tensors hash to {got}, its name says "
+                                 f"{digest} (the file was modified or corrupted)", _remedy(directory))
+        _VERIFIED.add(path)
+    return tensors
+
+
+def load_index(directory: str | Path) -> dict[str, dict[str, str]]:
+    """``RUN/payloads/index.json`` (op key -> {"outputs": hash, "inputs": hash}), checked."""
+    directory = Path(directory)
+    return load_checked(directory / "index.json", what="the payload index", remedy=_remedy(directory))
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +138,7 @@ class PayloadStore:
             self.directory.mkdir(parents=True, exist_ok=True)
             path = self.directory / "index.json"
             try:
-                atomic_write_text(path, json.dumps(self.index, indent=0, sort_keys=True))
+                atomic_write_text(path, dumps_checked(self.index, indent=0))
             except OSError as e:
                 raise write_error(path, e) from e
 

@@ -8,7 +8,6 @@ outputs of every rank (``values.ranks`` covering all of them).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -16,7 +15,7 @@ import torch
 from prism.core.errors import RunDirError
 from prism.rpc import CommHeader
 
-from .payloads import load_payload, op_key
+from .payloads import load_index, load_payload, op_key
 
 __all__ = ["RecordedValues"]
 
@@ -36,7 +35,7 @@ class RecordedValues:
         if not index.is_file():
             raise RunDirError(f"{run_dir}: no recorded payloads ({index} is missing); collect it with values.ranks "
                               "covering every rank first")
-        self._index = json.loads(index.read_text())
+        self._index = load_index(self.directory)
 
     def outputs(self, h: CommHeader) -> list[torch.Tensor]:
         kind = "RECV" if h.op == "recv" else "COLLECTIVE"

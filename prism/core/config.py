@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from .boundary import check_in_script, parse_boundary
 from .errors import ConfigError
 
 __all__ = ["JobConfig", "Iterations", "Parallelism", "ValuesPolicy", "CommInputs", "CommRule", "load_job",
@@ -49,6 +50,10 @@ class Iterations:
     """Steps at the start that are run and recorded but left out of timing statistics."""
     measured: int = 3
     """Steps after the warmup whose times are reported."""
+    boundary: str = ""
+    """Where a step ends when the script steps no optimizer: ``FILE.py:LINE`` (the statement there
+    finishes), ``module:function`` or ``function`` (a call returns). Empty: ``optimizer.step``,
+    ``prism.mark_step()``, else the period of each rank's comm sequence (prism.core.boundary)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -284,6 +289,10 @@ def _check(job: JobConfig) -> None:
     _positive("memory_cap_bytes", job.memory_cap_bytes, allow_zero=True)
     _positive("iterations.warmup", job.iterations.warmup, allow_zero=True)
     _positive("iterations.measured", job.iterations.measured)
+    if job.iterations.boundary:
+        boundary = parse_boundary(job.iterations.boundary)
+        if not job.is_module:
+            check_in_script(boundary, job.script_path)
     if job.device not in ("cpu", "cuda"):
         raise ConfigError("device", f"must be 'cpu' or 'cuda', got {job.device!r}")
     p = job.parallelism
@@ -420,6 +429,8 @@ def job_to_dict(job: JobConfig) -> dict[str, Any]:
     out["args"] = list(job.args)
     if not job.memory_cap_bytes:
         out.pop("memory_cap_bytes")
+    if not job.iterations.boundary:
+        out["iterations"].pop("boundary")
     if job.parallelism is None:
         out.pop("parallelism")
     else:

@@ -6,6 +6,7 @@ __all__ = [
     "PrismError",
     "ConfigError",
     "RunDirError",
+    "IntegrityError",
     "GraphError",
     "RankFailedError",
     "RankOOMError",
@@ -29,6 +30,19 @@ class ConfigError(PrismError):
 
 class RunDirError(PrismError):
     """A run directory is missing, incomplete or corrupt (names the file)."""
+
+
+class IntegrityError(RunDirError):
+    """A file prism wrote earlier is missing, truncated, or no longer matches its checksum.
+
+    ``path``: the file; ``problem``: what is wrong ("missing", "truncated (N of M bytes)",
+    "sha256 mismatch ...", "corrupt ..."); ``remedy``: the command that writes it again."""
+
+    def __init__(self, path: object, problem: str, remedy: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        self.remedy = remedy
+        super().__init__(f"{self.path}: {problem}; {remedy}" if remedy else f"{self.path}: {problem}")
 
 
 class GraphError(PrismError):

@@ -37,6 +37,8 @@ class ShimConfig:
     clock_origin_ns: int = 0
     """Origin of recorded times on the host's monotonic clock (0: the rank's own start). Ranks
     launched on one host share it, which makes their times comparable."""
+    boundary: str = ""
+    """The job's ``iterations.boundary`` (empty: none)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -56,6 +58,10 @@ class WorkerSpec:
     profile_dir: str = ""
     """If set, the script runs under ``torch.profiler`` and its Chrome trace goes to
     ``<profile_dir>/rank<R>.json``."""
+    warmup_steps: int = 0
+    """The job's ``iterations.warmup``: the measured peak starts when this many steps have ended."""
+    measured_steps: int = 0
+    """The job's ``iterations.measured``: the measured peak ends with them (0: at the run's end)."""
     observe_other_groups: bool = False
     """Record the groups this rank is not a member of too (DP templates rename groups with them;
     at W=65,536 a 3-D mesh makes ~65k of them, so only collections with templates ask)."""

@@ -18,6 +18,7 @@ from prism.graph.simulate import (
     simulate,
     timed_graph,
 )
+from prism.graph.steps import Period, find_period, infer_step_marks, no_steps_message
 from prism.graph.templates import build_template_map, dp_permutations, expand
 from prism.graph.text import format_graph, format_node, parse_graph, parse_node
 from prism.graph.validate import Violation, check, validate
@@ -60,4 +61,9 @@ __all__ = [
     "compare_steps",
     "estimate_transfers",
     "timed_graph",
+    # iteration boundaries of ranks that marked none
+    "Period",
+    "find_period",
+    "infer_step_marks",
+    "no_steps_message",
 ]

@@ -5,9 +5,11 @@ Layout::
     DIR/manifest.pb        Manifest: schema_version, world size, groups, one RankFileRef per rank
     DIR/rank-00003.pb      RankFile: rank 3's nodes, its summary, the sha256 of its node payload
 
-The manifest carries the sha256 of every rank file's bytes; every file carries the schema version.
-A write is atomic (the directory appears whole or not at all); a read checks versions and
-checksums and names the offending file in a RunDirError.
+The manifest carries the sha256 of every rank file's bytes and of itself (``Manifest.sha256``:
+the manifest serialized with that field empty); every file carries the schema version. A write is
+atomic (the directory appears whole or not at all); a read checks versions and checksums and names
+the offending file, what is wrong and the command that writes it again in an IntegrityError (a
+RunDirError).
 
 DP templates (``prism.graph.templates``): a templated graph stores rank files for the template
 ranks only, plus ``Manifest.templates`` (rank -> template, per replica the rank and group
@@ -25,7 +27,7 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from prism.core.atomic import atomic_directory
-from prism.core.errors import RunDirError
+from prism.core.errors import IntegrityError, RunDirError
 from prism.graph._pb import prism_trace_pb2 as pb
 from prism.graph.records import CommOp, GroupInfo, Graph, Node, NodeKind, RankSummary, TemplateMap
 from prism.graph.templates import expand as expand_templates
@@ -34,8 +36,9 @@ __all__ = ["SCHEMA_VERSION", "MANIFEST_NAME", "rank_file_name", "write_graph", "
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
-"""Version of the on-disk layout; bump it on any incompatible change to prism_trace.proto."""
+SCHEMA_VERSION = 2
+"""Version of the on-disk layout; bump it on any incompatible change to prism_trace.proto.
+2: the manifest carries its own sha256."""
 MANIFEST_NAME = "manifest.pb"
 
 _KIND_TO_PB = {k: pb.NodeKind.Value(f"NODE_KIND_{k.name}") for k in NodeKind}
@@ -50,6 +53,21 @@ def rank_file_name(rank: int) -> str:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _manifest_sha256(manifest: pb.Manifest) -> str:
+    body = pb.Manifest()
+    body.CopyFrom(manifest)
+    body.ClearField("sha256")
+    return _sha256(body.SerializeToString(deterministic=True))
+
+
+_WRITERS = {"bare": "prism collect", "timed": "prism calibrate", "real": "prism record"}
+
+
+def _remedy(root: Path) -> str:
+    command = _WRITERS.get(root.name)
+    return f"re-run `{command}` to write {root} again" if command else f"write {root} again"
 
 
 def _nodes_sha256(nodes: object) -> str:
@@ -99,6 +117,7 @@ def _summary_to_pb(s: RankSummary) -> pb.RankSummary:
         peak_memory_bytes=s.peak_memory_bytes,
         memory_source=s.memory_source,
         exit_code=s.exit_code,
+        measured_peak_memory_bytes=s.measured_peak_memory_bytes,
     )
 
 
@@ -134,6 +153,7 @@ def write_graph(graph: Graph, directory: str | os.PathLike[str]) -> Path:
             manifest.rank_files.add(
                 rank=rank, file_name=name, sha256=_sha256(data), size_bytes=len(data), num_nodes=len(nodes)
             )
+        manifest.sha256 = _manifest_sha256(manifest)
         (tmp / MANIFEST_NAME).write_bytes(manifest.SerializeToString(deterministic=True))
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
@@ -205,29 +225,31 @@ def _summary_from_pb(m: pb.RankSummary) -> RankSummary:
         peak_memory_bytes=m.peak_memory_bytes,
         memory_source=m.memory_source,
         exit_code=m.exit_code,
+        measured_peak_memory_bytes=(m.measured_peak_memory_bytes if m.HasField("measured_peak_memory_bytes")
+                                    else -1),
     )
 
 
-def _read(path: Path, what: str) -> bytes:
+def _read(path: Path, what: str, remedy: str) -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        raise RunDirError(f"{path}: {what} is missing") from None
+        raise IntegrityError(path, f"{what} is missing", remedy) from None
     except OSError as e:
-        raise RunDirError(f"{path}: cannot read {what}: {e}") from e
+        raise IntegrityError(path, f"cannot read {what}: {e}", remedy) from e
 
 
-def _parse(message: pb.Manifest | pb.RankFile, data: bytes, path: Path) -> None:
+def _parse(message: pb.Manifest | pb.RankFile, data: bytes, path: Path, remedy: str) -> None:
     try:
         message.ParseFromString(data)
     except DecodeError as e:
-        raise RunDirError(f"{path}: corrupt {type(message).__name__} ({e})") from e
+        raise IntegrityError(path, f"corrupt or truncated {type(message).__name__} ({e})", remedy) from e
 
 
-def _check_version(version: int, path: Path) -> None:
+def _check_version(version: int, path: Path, remedy: str) -> None:
     if version != SCHEMA_VERSION:
         raise RunDirError(
-            f"{path}: schema_version {version}, but this prism reads schema_version {SCHEMA_VERSION}"
+            f"{path}: schema_version {version}, but this prism reads schema_version {SCHEMA_VERSION}; {remedy}"
         )
 
 
@@ -258,12 +280,17 @@ def read_graph(directory: str | os.PathLike[str], *, expand: bool = True) -> Gra
     A DP-templated graph comes back expanded into every rank's node list (``expand=False``: as
     stored, template ranks only, with ``Graph.templates``)."""
     root = Path(directory)
+    remedy = _remedy(root)
     if not root.is_dir():
         raise RunDirError(f"{root}: graph directory does not exist")
     manifest_path = root / MANIFEST_NAME
     manifest = pb.Manifest()
-    _parse(manifest, _read(manifest_path, "the graph manifest"), manifest_path)
-    _check_version(manifest.schema_version, manifest_path)
+    _parse(manifest, _read(manifest_path, "the graph manifest", remedy), manifest_path, remedy)
+    _check_version(manifest.schema_version, manifest_path, remedy)
+    got = _manifest_sha256(manifest)
+    if got != manifest.sha256:
+        raise IntegrityError(manifest_path, f"sha256 mismatch: the manifest hashes to {got}, it says "
+                             f"{manifest.sha256 or 'nothing'} (the file was modified or corrupted)", remedy)
 
     nodes: dict[int, tuple[Node, ...]] = {}
     summaries: dict[int, RankSummary] = {}
@@ -271,19 +298,20 @@ def read_graph(directory: str | os.PathLike[str], *, expand: bool = True) -> Gra
         path = root / ref.file_name
         if Path(ref.file_name).name != ref.file_name:
             raise RunDirError(f"{manifest_path}: rank {ref.rank} file name {ref.file_name!r} is not plain")
-        data = _read(path, f"rank {ref.rank}'s file (listed in {MANIFEST_NAME})")
+        data = _read(path, f"rank {ref.rank}'s file (listed in {MANIFEST_NAME})", remedy)
+        if len(data) < ref.size_bytes:
+            raise IntegrityError(path, f"truncated ({len(data)} of {ref.size_bytes} bytes)", remedy)
         if _sha256(data) != ref.sha256:
-            raise RunDirError(
-                f"{path}: sha256 {_sha256(data)[:16]}… does not match {MANIFEST_NAME} "
-                f"({ref.sha256[:16]}…); the file is corrupt or was replaced"
-            )
+            raise IntegrityError(
+                path, f"sha256 {_sha256(data)} does not match {MANIFEST_NAME} "
+                f"({ref.sha256}); the file is corrupt or was replaced", remedy)
         rank_file = pb.RankFile()
-        _parse(rank_file, data, path)
-        _check_version(rank_file.schema_version, path)
+        _parse(rank_file, data, path, remedy)
+        _check_version(rank_file.schema_version, path, remedy)
         if rank_file.rank != ref.rank:
             raise RunDirError(f"{path}: holds rank {rank_file.rank}, the manifest says rank {ref.rank}")
         if _nodes_sha256(rank_file.nodes) != rank_file.nodes_sha256:
-            raise RunDirError(f"{path}: node payload checksum mismatch")
+            raise IntegrityError(path, "node payload checksum mismatch", remedy)
         rank = ref.rank
         nodes[rank] = tuple(_node_from_pb(rank, i, m) for i, m in enumerate(rank_file.nodes))
         if rank_file.has_summary:

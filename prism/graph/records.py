@@ -148,9 +148,14 @@ class RankSummary:
     step_times_ns: tuple[int, ...] = ()
     """Wall time of each step, step_begin to step_end."""
     peak_memory_bytes: int = -1
+    """Peak over the whole run (-1: unknown)."""
     memory_source: str = ""
-    """How peak_memory_bytes was measured: ``cuda.max_memory_allocated`` or ``tracked``."""
+    """How the peaks were measured: ``cuda.max_memory_allocated``, ``cpu.tracked_storage_peak``
+    or ``cpu.peak_rss``."""
     exit_code: int = 0
+    measured_peak_memory_bytes: int = -1
+    """Peak over the measured steps: from the end of the job's ``iterations.warmup`` steps to the
+    end of its ``iterations.measured`` steps (-1: unknown)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -283,6 +283,8 @@ def _format_summary(s: RankSummary) -> str:
         out.append("losses=" + ",".join(repr(x) for x in s.losses))
     if s.peak_memory_bytes != -1:
         out.append(f"peak_memory_bytes={s.peak_memory_bytes}")
+    if s.measured_peak_memory_bytes != -1:
+        out.append(f"measured_peak_memory_bytes={s.measured_peak_memory_bytes}")
     if s.memory_source:
         out.append(f"memory_source={_esc(s.memory_source)}")
     if s.exit_code:
@@ -363,7 +365,8 @@ def _parse_summary(word_rank: str, kv: dict[str, str]) -> RankSummary:
     m = _HEAD_RE.match(word_rank)
     if not m or m.group(2) is not None:
         raise ValueError(f"expected 'summary r<rank> ...', got {word_rank!r}")
-    unknown = set(kv) - {"step_times_ns", "losses", "peak_memory_bytes", "memory_source", "exit_code"}
+    unknown = set(kv) - {"step_times_ns", "losses", "peak_memory_bytes", "measured_peak_memory_bytes", "memory_source",
+                         "exit_code"}
     if unknown:
         raise ValueError(f"unknown summary field(s) {sorted(unknown)}")
     return RankSummary(
@@ -373,4 +376,5 @@ def _parse_summary(word_rank: str, kv: dict[str, str]) -> RankSummary:
         peak_memory_bytes=int(kv.get("peak_memory_bytes", -1)),
         memory_source=kv.get("memory_source", ""),
         exit_code=int(kv.get("exit_code", 0)),
+        measured_peak_memory_bytes=int(kv.get("measured_peak_memory_bytes", -1)),
     )

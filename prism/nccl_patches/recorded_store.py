@@ -7,6 +7,13 @@ Layout (one safetensors file per pruned collective, written atomically; the tens
     RUN/payloads/pruned/<set key>/p/<group_id>/<src>-<dst>.<seq>.<part>.safetensors   send/recv
     RUN/payloads/pruned/<set key>/index.json      key -> file, algo, group size (write_index)
 
+Integrity: every record carries in its metadata ``sha256``, the digest of its tensors (names,
+dtypes, shapes, bytes) and other metadata (:func:`record_sha256`), written in the same atomic
+write as the data and checked by :func:`load_recorded`; the index carries the sha256 of its
+content, and :class:`RecordedStore` requires it (a set without one was not finished) and treats
+an indexed record that is gone as an error. The capture run's ``rank-R.json`` carries the sha256
+of ``rank-R.safetensors`` and of itself (:data:`CAPTURE_SCHEMA` 2), checked when first read.
+
 Keys are ``c/<group_id>/<seq>/<part>`` and ``p/<group_id>/<src>-<dst>/<seq>/<part>`` (global
 ranks, per-pair sequence): the graph identities plus the part (one per tensor of a coalesced op,
 :func:`~prism.nccl_patches.vplan.op_parts`). The set key names the sandbox ranks the data was
@@ -20,9 +27,11 @@ run (every rank's inputs, :mod:`prism.sandbox.engines.live` with ``capture_dir``
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
+import shutil
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,11 +39,12 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from prism.core.atomic import atomic_write_text
-from prism.core.errors import PrismError, RunDirError
+from prism.core.errors import IntegrityError, PrismError, RunDirError
+from prism.core.integrity import dumps_checked, load_checked, safetensors_problem
 from prism.graph.records import CommOp
 
 from .compensation import RecordedCollective, record_for_sandbox
@@ -48,7 +58,11 @@ __all__ = [
     "p2p_key",
     "save_recorded",
     "load_recorded",
+    "record_sha256",
+    "tensors_sha256",
     "write_index",
+    "read_index",
+    "write_capture",
     "RecordedStore",
     "record_for_values_ranks",
     "record_p2p_for_values_ranks",
@@ -58,7 +72,35 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-CAPTURE_SCHEMA = 1
+CAPTURE_SCHEMA = 2
+"""2: ``rank-R.json`` carries the sha256 of ``rank-R.safetensors`` and of itself."""
+
+
+def tensors_sha256(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> str:
+    """Digest of named tensors (name, dtype, shape, bytes, in name order) and string metadata."""
+    h = hashlib.sha256()
+    for k in sorted(metadata or {}):
+        h.update(f"meta|{k}|{metadata[k]}|".encode())
+    for name in sorted(tensors):
+        t = tensors[name].detach().contiguous().reshape(-1)
+        h.update(f"t|{name}|{t.dtype}|{tuple(tensors[name].shape)}|".encode())
+        if t.numel():
+            h.update(t.view(torch.uint8).numpy())  # the buffer itself: no copy
+    return h.hexdigest()
+
+
+def record_sha256(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> str:
+    """The checksum a record file carries in its metadata: its tensors and its other metadata."""
+    return tensors_sha256(tensors, {k: v for k, v in metadata.items() if k != "sha256"})
+
+
+def _pruned_remedy(directory: Path) -> str:
+    return (f"remove {directory} and write it again: `prism emulate`/`prism calibrate` derive it from "
+            "RUN/capture, or re-run `prism collect` with values.ranks set to this rank set")
+
+
+def _capture_remedy(directory: Path) -> str:
+    return f"remove {directory} and run `prism calibrate` on the run again (it captures anew)"
 
 
 def set_key(ranks: Iterable[int]) -> str:
@@ -111,24 +153,41 @@ def save_recorded(directory: str | Path, key: str, rec: RecordedCollective) -> P
         "row_numel": str(rec.row_numel),
         "shared_out": json.dumps(shared_out),
     }
+    tensors = {k: v.detach().contiguous().clone() for k, v in tensors.items()}
+    meta["sha256"] = record_sha256(tensors, meta)
     path = _path(Path(directory), key)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}.{threading.get_ident()}")
-    save_file({k: v.detach().contiguous().clone() for k, v in tensors.items()}, str(tmp), metadata=meta)
+    save_file(tensors, str(tmp), metadata=meta)
     tmp.replace(path)
     return path
 
 
-def load_recorded(directory: str | Path, key: str) -> RecordedCollective | None:
-    """The record stored under ``key``; None when there is none."""
-    path = _path(Path(directory), key)
+def load_recorded(directory: str | Path, key: str, *, indexed: bool = False) -> RecordedCollective | None:
+    """The record stored under ``key``, its checksum verified; None when there is none (an error
+    when ``indexed``: the set's index lists it)."""
+    directory = Path(directory)
+    path = _path(directory, key)
     try:
         f = safe_open(str(path), framework="pt")
     except FileNotFoundError:
+        if indexed:
+            raise IntegrityError(path, f"recorded data of {key} is missing (listed in index.json)",
+                                 _pruned_remedy(directory)) from None
         return None
+    except (SafetensorError, OSError) as e:
+        raise IntegrityError(path, f"recorded data of {key} is {safetensors_problem(path, e)}",
+                             _pruned_remedy(directory)) from e
     with f:
-        meta = f.metadata()
+        meta = f.metadata() or {}
         tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
+    want = meta.get("sha256", "")
+    got = record_sha256(tensors, meta)
+    if got != want:
+        problem = (f"sha256 mismatch in the recorded data of {key}: its content hashes to {got}, "
+                   f"the file says {want} (the file was modified or corrupted)"
+                   if want else f"recorded data of {key} carries no sha256 (written by an older prism, or corrupt)")
+        raise IntegrityError(path, problem, _pruned_remedy(directory))
 
     def by_rank(prefix: str) -> dict[int, torch.Tensor]:
         return {int(k.split(".", 1)[1]): v for k, v in tensors.items() if k.startswith(prefix + ".")}
@@ -155,7 +214,8 @@ def load_recorded(directory: str | Path, key: str) -> RecordedCollective | None:
 
 
 def write_index(directory: str | Path) -> dict[str, dict]:
-    """Scan the files and write ``index.json`` (key -> file, algo, group size, bytes)."""
+    """Scan the files and write ``index.json`` (key -> file, algo, group size, bytes; plus the
+    sha256 of that content)."""
     directory = Path(directory)
     index: dict[str, dict] = {}
     for path in sorted(directory.glob("[cp]/*/*.safetensors")):
@@ -166,8 +226,16 @@ def write_index(directory: str | Path) -> dict[str, dict]:
             meta = f.metadata()
         index[key] = {"file": str(path.relative_to(directory)), "algo": meta["algo"],
                       "group_size": int(meta["group_size"]), "bytes": path.stat().st_size}
-    atomic_write_text(directory / "index.json", json.dumps(index, indent=0, sort_keys=True))
+    atomic_write_text(directory / "index.json", dumps_checked(index, indent=0))
     return index
+
+
+def read_index(directory: str | Path) -> dict[str, dict]:
+    """``index.json`` of a recorded set (key -> file, algo, group size, bytes), its checksum
+    verified; an IntegrityError when it is missing (the run that wrote the set did not finish)."""
+    directory = Path(directory)
+    return load_checked(directory / "index.json", what="the index of the recorded data",
+                        remedy=_pruned_remedy(directory))
 
 
 class RecordedStore:
@@ -183,18 +251,18 @@ class RecordedStore:
         if not self.directory.is_dir():
             raise RunDirError(f"{self.directory}: no recorded data for this sandbox set (collect the job with "
                               "values.ranks set to it, or derive it from a capture run)")
+        self._index: dict[str, dict] = read_index(self.directory)
         self._pool = ThreadPoolExecutor(max_workers=prefetch_workers, thread_name_prefix="prism-prefetch")
         self._pending: dict[str, Future] = {}
         self._lock = threading.Lock()
-        self._index: dict[str, dict] | None = None
         self._preload_left = preload_bytes
 
     def index(self) -> dict[str, dict]:
-        """``index.json`` (key -> file, algo, group size, bytes); empty when it was not written."""
-        if self._index is None:
-            path = self.directory / "index.json"
-            self._index = json.loads(path.read_text()) if path.is_file() else {}
+        """``index.json`` (key -> file, algo, group size, bytes), checked (:func:`read_index`)."""
         return self._index
+
+    def _load(self, key: str) -> RecordedCollective | None:
+        return load_recorded(self.directory, key, indexed=key in self.index())
 
     def keys_under(self, prefix: str) -> list[str]:
         """Indexed keys that start with ``prefix`` (e.g. a channel's ``c/<group>/``), in (seq, part) order."""
@@ -213,7 +281,7 @@ class RecordedStore:
                 if size > self._preload_left:
                     break
                 self._preload_left -= size
-                self._pending[key] = self._pool.submit(load_recorded, self.directory, key)
+                self._pending[key] = self._pool.submit(self._load, key)
                 num += 1
         return num
 
@@ -221,19 +289,18 @@ class RecordedStore:
         with self._lock:
             for key in keys:
                 if key not in self._pending:
-                    self._pending[key] = self._pool.submit(load_recorded, self.directory, key)
+                    self._pending[key] = self._pool.submit(self._load, key)
 
     def get(self, key: str) -> RecordedCollective | None:
         with self._lock:
             fut = self._pending.pop(key, None)
-        return fut.result() if fut is not None else load_recorded(self.directory, key)
+        return fut.result() if fut is not None else self._load(key)
 
     def num_parts(self, key_of_part) -> int:
-        """How many parts an op has: ``key_of_part(i)`` for i = 0, 1, ... until a file is missing."""
+        """How many parts an op has: ``key_of_part(i)`` for i = 0, 1, ... until one is not indexed."""
         index = self.index()
-        exists = (lambda k: k in index) if index else (lambda k: _path(self.directory, k).is_file())
         i = 0
-        while exists(key_of_part(i)):
+        while key_of_part(i) in index:
             i += 1
         return i
 
@@ -258,6 +325,7 @@ def record_for_values_ranks(
     flat: bool = False,
     in_splits_by_group_rank: Sequence[Sequence[int]] | None = None,
     tree_all_reduce: bool = False,
+    directory: str | Path | None = None,
 ) -> list[str]:
     """Store what sandbox set ``values_ranks`` needs to run collective ``(group_id, seq)`` pruned.
     ``tree_all_reduce``: all-reduces run as the tree (:mod:`.algorithms`); the record says which
@@ -265,7 +333,8 @@ def record_for_values_ranks(
 
     ``inputs_by_group_rank[g]``: the tensors group rank g handed in (the collector's
     ``Arrival.inputs``); ``root`` a global rank (-1 when none); ``flat`` the request's flat flag;
-    splits from each rank's header. Returns the keys written (none when no values rank is in the
+    splits from each rank's header; ``directory``: where to write (default: the set's directory
+    under ``run_dir``). Returns the keys written (none when no values rank is in the
     group, or for a barrier, whose record is synthesized)."""
     values = set(values_ranks)
     op = CommOp(op) if isinstance(op, str) else op
@@ -283,7 +352,7 @@ def record_for_values_ranks(
     num_parts = {len(p) for p in parts}
     if len(num_parts) != 1:
         raise PrismError(f"{what}: ranks hand in different numbers of tensors ({sorted(num_parts)})")
-    directory = recorded_dir(run_dir, values)
+    directory = recorded_dir(run_dir, values) if directory is None else Path(directory)
     keys = []
     for i in range(num_parts.pop()):
         mine = [p[i] for p in parts]
@@ -315,6 +384,8 @@ def record_p2p_for_values_ranks(
     seq: int,
     tensors: Sequence[torch.Tensor],
     values_ranks: Iterable[int],
+    *,
+    directory: str | Path | None = None,
 ) -> list[str]:
     """Store message ``(src, dst, group_id, seq)`` (global ranks, per-pair sequence) for the
     values ranks among src and dst: the message a vrank sender must deliver, or the one a vrank
@@ -325,7 +396,7 @@ def record_p2p_for_values_ranks(
     ranks = list(group_ranks)
     n, s, d = len(ranks), ranks.index(src), ranks.index(dst)
     sandbox = [g for g in (s, d) if ranks[g] in values]
-    directory = recorded_dir(run_dir, values)
+    directory = recorded_dir(run_dir, values) if directory is None else Path(directory)
     keys = []
     for i, t in enumerate(tensors):
         inputs = [t.detach().reshape(-1) if g == s else torch.empty(0, dtype=t.dtype) for g in range(n)]
@@ -339,28 +410,81 @@ def record_p2p_for_values_ranks(
 # ------------------------------------------------------------------------- from a capture
 
 
+def _capture_path(directory: Path, rank: int, suffix: str) -> Path:
+    return directory / f"rank-{rank:05d}{suffix}"
+
+
+def write_capture(directory: str | Path, rank: int, tensors: dict[str, torch.Tensor], ops: list[dict]) -> None:
+    """Write one rank's capture: ``rank-R.safetensors`` (tensors ``<key>/in|out/<i>``) and
+    ``rank-R.json`` (op list, and the sha256 and size of the tensors file), each atomically; the
+    JSON last, so a capture whose JSON exists is whole."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = _capture_path(directory, rank, ".safetensors")
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        save_file(tensors, str(tmp))
+        h = hashlib.sha256()
+        with tmp.open("rb") as f:
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+            os.fsync(f.fileno())
+        size = tmp.stat().st_size
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    body = {"schema": CAPTURE_SCHEMA, "rank": rank, "ops": ops, "tensors_file": path.name,
+            "tensors_sha256": h.hexdigest(), "tensors_bytes": size}
+    atomic_write_text(_capture_path(directory, rank, ".json"), dumps_checked(body))
+
+
 class _Capture:
-    """A capture run's files: per rank ``rank-R.json`` (op list) and ``rank-R.safetensors``."""
+    """A capture run's files: per rank ``rank-R.json`` (op list) and ``rank-R.safetensors``, each
+    checked against its sha256 when first read."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._meta: dict[int, dict[str, dict]] = {}
+        self._files: dict[int, dict] = {}
         self._tensors: dict[int, dict[str, torch.Tensor]] = {}
 
     def meta(self, rank: int) -> dict[str, dict]:
         if rank not in self._meta:
-            path = self.directory / f"rank-{rank:05d}.json"
-            if not path.is_file():
-                raise RunDirError(f"{path}: no capture of rank {rank}")
-            data = json.loads(path.read_text())
+            path = _capture_path(self.directory, rank, ".json")
+            remedy = _capture_remedy(self.directory)
+            data = load_checked(path, what=f"the capture of rank {rank}", remedy=remedy)
             if data.get("schema") != CAPTURE_SCHEMA:
-                raise RunDirError(f"{path}: capture schema {data.get('schema')} (expected {CAPTURE_SCHEMA})")
+                raise RunDirError(f"{path}: capture schema {data.get('schema')} (expected {CAPTURE_SCHEMA}); {remedy}")
+            self._files[rank] = data
             self._meta[rank] = {op["key"]: op for op in data["ops"]}
         return self._meta[rank]
 
+    def _load_tensors(self, rank: int) -> dict[str, torch.Tensor]:
+        self.meta(rank)
+        info = self._files[rank]
+        path = self.directory / info["tensors_file"]
+        remedy = _capture_remedy(self.directory)
+        try:
+            with path.open("rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                got = hashlib.file_digest(f, "sha256").hexdigest()  # streamed: no copy of the file
+        except FileNotFoundError:
+            raise IntegrityError(path, f"the captured tensors of rank {rank} are missing", remedy) from None
+        json_name = _capture_path(self.directory, rank, ".json").name
+        if size != info["tensors_bytes"]:
+            how = "truncated" if size < info["tensors_bytes"] else "corrupt"
+            raise IntegrityError(path, f"the captured tensors of rank {rank} are {how} ({size} bytes, "
+                                 f"{json_name} says {info['tensors_bytes']})", remedy)
+        if got != info["tensors_sha256"]:
+            raise IntegrityError(path, f"sha256 mismatch in the captured tensors of rank {rank}: the file hashes to "
+                                 f"{got}, {json_name} says {info['tensors_sha256']} (the file was modified or "
+                                 "corrupted)", remedy)
+        return load_file(str(path))
+
     def inputs(self, rank: int, key: str) -> list[torch.Tensor]:
         if rank not in self._tensors:
-            self._tensors[rank] = load_file(str(self.directory / f"rank-{rank:05d}.safetensors"))
+            self._tensors[rank] = self._load_tensors(rank)
         op = self.meta(rank)[key]
         return [self._tensors[rank][f"{key}/in/{i}"] for i in range(op["num_inputs"])]
 
@@ -368,9 +492,25 @@ class _Capture:
 def derive_from_capture(run_dir: str | Path, capture_dir: str | Path, ranks: Iterable[int], *,
                         tree_all_reduce: bool = False) -> Path:
     """Compute the recorded data of sandbox set ``ranks`` from a capture run (every rank's inputs
-    of every op), exactly as the collector would: same function, same inputs."""
+    of every op), exactly as the collector would: same function, same inputs. The directory is
+    built beside its place and renamed: it appears whole or not at all."""
     ranks = sorted(set(ranks))
-    cap = _Capture(Path(capture_dir))
+    target = recorded_dir(run_dir, ranks)
+    building = target.with_name(f".{target.name}.building-{os.getpid()}")
+    shutil.rmtree(building, ignore_errors=True)
+    try:
+        num = _derive(run_dir, _Capture(Path(capture_dir)), ranks, building, tree_all_reduce)
+        building.mkdir(parents=True, exist_ok=True)
+        write_index(building)
+        shutil.rmtree(target, ignore_errors=True)  # an unfinished one (no index) is replaced
+        building.replace(target)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    log.info("derived %d pruned records for ranks %s into %s", num, ranks, target)
+    return target
+
+
+def _derive(run_dir: str | Path, cap: _Capture, ranks: list[int], directory: Path, tree_all_reduce: bool) -> int:
     done: set[str] = set()
     num = 0
     for r in ranks:
@@ -387,15 +527,12 @@ def derive_from_capture(run_dir: str | Path, capture_dir: str | Path, ranks: Ite
                     run_dir, op["group_id"], op["seq"], op["op"], op["reduce_op"], members,
                     [cap.inputs(m, key) for m in members], ranks, root=op["root"], flat=op["flat"],
                     in_splits_by_group_rank=[cap.meta(m)[key]["in_splits"] for m in members],
-                    tree_all_reduce=tree_all_reduce,
+                    tree_all_reduce=tree_all_reduce, directory=directory,
                 ))
             else:
                 src, dst = op["src"], op["dst"]
                 num += len(record_p2p_for_values_ranks(
                     run_dir, op["group_id"], members, src, dst, op["seq"], cap.inputs(src, key), ranks,
+                    directory=directory,
                 ))
-    directory = recorded_dir(run_dir, ranks)
-    directory.mkdir(parents=True, exist_ok=True)
-    write_index(directory)
-    log.info("derived %d pruned records for ranks %s into %s", num, ranks, directory)
-    return directory
+    return num

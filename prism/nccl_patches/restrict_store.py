@@ -10,7 +10,6 @@ writes ``RUN/payloads/pruned/<subset>/`` atomically (built beside it, then renam
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from prism.core.errors import RunDirError
 
-from .recorded_store import load_recorded, save_recorded, set_key, write_index
+from .recorded_store import load_recorded, read_index, save_recorded, set_key, write_index
 
 __all__ = ["find_superset_dir", "derive_subset"]
 
@@ -74,10 +73,21 @@ def derive_subset(source: str | Path, ranks: Iterable[int], groups: Mapping[str,
         return target
     building = source.parent / f".{target.name}.building-{os.getpid()}"
     shutil.rmtree(building, ignore_errors=True)
-    index_path = source / "index.json"
-    if not index_path.is_file():
-        raise RunDirError(f"{index_path}: missing (the collection that wrote {source.name} did not finish)")
-    keys = list(json.loads(index_path.read_text()))
+    keys = list(read_index(source))  # checked; missing: the run that wrote the set did not finish
+    try:
+        kept = _restrict_all(source, keys, building, ranks, groups)
+        building.mkdir(parents=True, exist_ok=True)
+        write_index(building)
+        building.replace(target)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)  # a failed derivation leaves nothing behind
+    log.info("derived the recorded data of ranks %s from %s: %d of %d records", sorted(ranks), source.name,
+             kept, len(keys))
+    return target
+
+
+def _restrict_all(source: Path, keys: list[str], building: Path, ranks: frozenset[int],
+                  groups: Mapping[str, Sequence[int]]) -> int:
     kept = 0
     for key in keys:
         group_id = key.split("/")[1]
@@ -86,13 +96,8 @@ def derive_subset(source: str | Path, ranks: Iterable[int], groups: Mapping[str,
         subset = _group_ranks(key, groups[group_id], ranks)
         if not subset:
             continue  # no rank of the subset takes part
-        rec = load_recorded(source, key)
-        assert rec is not None, key
+        rec = load_recorded(source, key, indexed=True)
+        assert rec is not None, key  # an indexed record that is gone raises
         save_recorded(building, key, rec.restrict(subset))
         kept += 1
-    building.mkdir(parents=True, exist_ok=True)
-    write_index(building)
-    building.replace(target)
-    log.info("derived the recorded data of ranks %s from %s: %d of %d records", sorted(ranks), source.name,
-             kept, len(keys))
-    return target
+    return kept

@@ -66,6 +66,7 @@ def worker_spec(job: JobConfig, rank: int, *, engine: str, out_dir: str, store_a
         is_store_leader=alone,
         timeout_s=timeout_s,
         clock_origin_ns=clock_origin_ns,
+        boundary=job.iterations.boundary,
     )
     return WorkerSpec(
         shim=shim,
@@ -78,6 +79,8 @@ def worker_spec(job: JobConfig, rank: int, *, engine: str, out_dir: str, store_a
         cuda_backend=cuda_backend,
         engine_options=dict(engine_options or {}),
         memory_cap_bytes=job.memory_cap_bytes,
+        warmup_steps=job.iterations.warmup,
+        measured_steps=job.iterations.measured,
     )
 
 

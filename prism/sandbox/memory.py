@@ -6,6 +6,13 @@
 * CPU with ``PRISM_MEMORY=rss``: the process's peak resident set size (``ru_maxrss``), which
   includes the interpreter and torch itself and varies by a few MiB between runs; no overhead.
 
+Two peaks per rank (:class:`MemoryPeaks`): the whole run's, and the measured steps' — from the end
+of the job's ``iterations.warmup`` steps to the end of its ``iterations.measured`` steps, as the
+PrismLLM paper measures (CUDA: ``torch.cuda.reset_peak_memory_stats`` at the warmup boundary, the
+window's ``max_memory_allocated`` at its end; CPU tracked: the tracker's window). The recorder
+tells the meter where a step ends (:meth:`MemoryMeter.on_step_end`). ``PRISM_MEMORY=rss`` cannot
+be reset: its measured peak is unknown (-1).
+
 The cap (``memory_cap_bytes``, docs/job-file.md) makes a rank fail with ``torch.OutOfMemoryError``
 where its memory would exceed it. CPU: the tracker refuses the storage that would take the tracked
 bytes above the cap (deterministic: the same allocation fails in every run of the same program).
@@ -22,6 +29,7 @@ import os
 import resource
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -29,7 +37,7 @@ from prism.core.workerspec import OomReport
 
 from .memtrack import StoragePeakTracker
 
-__all__ = ["MemoryMeter", "find_oom"]
+__all__ = ["MemoryMeter", "MemoryPeaks", "find_oom"]
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +55,36 @@ def find_oom(exc: BaseException) -> BaseException | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryPeaks:
+    run_bytes: int
+    """Peak over the whole run (-1: unknown)."""
+    measured_bytes: int
+    """Peak over the measured steps (-1: unknown: no measured step began, or RSS)."""
+    source: str
+
+
 class MemoryMeter:
-    """Chooses how to measure, enforces the cap, wraps the script's run, reports (bytes, source)."""
+    """Chooses how to measure, enforces the cap, wraps the script's run, reports :class:`MemoryPeaks`."""
 
     def __init__(self, device: str, *, cap_bytes: int = 0, rank: int = 0, device_index: int = 0,
-                 current_step: Callable[[], int] = lambda: 0) -> None:
+                 current_step: Callable[[], int] = lambda: 0, warmup_steps: int = 0,
+                 measured_steps: int = 0) -> None:
+        """The measured window opens when ``warmup_steps`` steps have ended (at once for 0) and
+        closes when ``warmup_steps + measured_steps`` have (never for ``measured_steps`` 0)."""
         self.device = device
         self.cap_bytes = cap_bytes
         self.rank = rank
         self._device_index = device_index
         self._current_step = current_step
         self._cuda_oom: tuple[int, int] | None = None
+        self._warmup_steps = warmup_steps
+        self._window_end = warmup_steps + measured_steps if measured_steps else None
+        self._window = "before"
+        """before | open | closed"""
+        self._cuda_before_window = 0
+        """CUDA: the run's peak before the window reset the allocator's peak."""
+        self._cuda_window_peak = -1
         mode = os.environ.get("PRISM_MEMORY", "tracked")
         if mode not in ("tracked", "rss"):
             raise ValueError(f"PRISM_MEMORY must be 'tracked' or 'rss', got {mode!r}")
@@ -68,6 +95,33 @@ class MemoryMeter:
                          if device == "cpu" and mode == "tracked" else None)
         if device == "cuda" and cap_bytes:
             self._cap_cuda()
+        if warmup_steps == 0:
+            self._open_window()
+
+    def _cuda_in_use(self) -> bool:
+        return self.device == "cuda" and torch.cuda.is_available() and torch.cuda.is_initialized()
+
+    def _open_window(self) -> None:
+        self._window = "open"
+        if self._tracker is not None:
+            self._tracker.open_window()
+        if self._cuda_in_use():
+            self._cuda_before_window = int(torch.cuda.max_memory_allocated())
+            torch.cuda.reset_peak_memory_stats()
+
+    def _close_window(self) -> None:
+        self._window = "closed"
+        if self._tracker is not None:
+            self._tracker.close_window()
+        if self._cuda_in_use():
+            self._cuda_window_peak = int(torch.cuda.max_memory_allocated())
+
+    def on_step_end(self, steps_done: int) -> None:
+        """The recorder's step boundary (on the script's thread): ``steps_done`` steps have ended."""
+        if steps_done == self._warmup_steps and self._window == "before":
+            self._open_window()
+        if steps_done == self._window_end and self._window == "open":
+            self._close_window()
 
     def _where(self) -> str:
         return f"rank {self.rank}, step {self._current_step()}"
@@ -92,13 +146,19 @@ class MemoryMeter:
     def measuring(self):
         return self._tracker if self._tracker is not None else contextlib.nullcontext()
 
-    def peak(self) -> tuple[int, str]:
-        if self.device == "cuda" and torch.cuda.is_available() and torch.cuda.is_initialized():
-            return int(torch.cuda.max_memory_allocated()), "cuda.max_memory_allocated"
+    def peaks(self) -> MemoryPeaks:
+        """Both peaks so far (a failed rank's: up to its failure)."""
+        if self._cuda_in_use():
+            now = int(torch.cuda.max_memory_allocated())
+            # Before the window the allocator's peak is the run's; after its reset, the window's
+            # (and, once the window closed, the rest of the run's too).
+            run = max(self._cuda_before_window, now) if self._window != "before" else now
+            measured = {"before": -1, "open": now, "closed": self._cuda_window_peak}[self._window]
+            return MemoryPeaks(run, measured, "cuda.max_memory_allocated")
         if self._tracker is not None:
-            return self._tracker.peak_bytes, "cpu.tracked_storage_peak"
+            return MemoryPeaks(self._tracker.peak_bytes, self._tracker.window_peak_bytes, "cpu.tracked_storage_peak")
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return int(rss if sys.platform == "darwin" else rss * 1024), "cpu.peak_rss"
+        return MemoryPeaks(int(rss if sys.platform == "darwin" else rss * 1024), -1, "cpu.peak_rss")
 
     def oom_report(self, exc: BaseException) -> OomReport | None:
         """What to report when the script stopped with ``exc``; None unless it ran out of memory."""

@@ -13,6 +13,11 @@ it is not counted and the op raises ``torch.OutOfMemoryError`` — the class CUD
 the exception unwinds. Only the script's thread (the one that made the tracker) is tracked: gloo's
 worker threads run with the mode of the thread that queued the work, and what they allocate is
 the backend's, outside the count in record and emulate alike.
+
+Two peaks, as CUDA's allocator keeps them: ``peak_bytes`` over the whole run, and
+``window_peak_bytes`` over a window that :meth:`~StoragePeakTracker.open_window` starts (at the
+bytes in use then, as ``torch.cuda.reset_peak_memory_stats`` does) and
+:meth:`~StoragePeakTracker.close_window` ends: the measured steps, after the warmup.
 """
 
 from __future__ import annotations
@@ -56,10 +61,24 @@ class StoragePeakTracker(TorchDispatchMode):
         self._refs: dict[int, weakref.ref] = {}
         self.current_bytes = 0
         self.peak_bytes = 0
+        self.window_peak_bytes = -1
+        """Peak since :meth:`open_window` (-1: no window opened yet)."""
+        self._window_open = False
         self.cap_bytes = cap_bytes
         self._describe = describe
         self.last_oom: tuple[int, int] | None = None
         """(requested bytes, tracked bytes in use) of the last allocation the cap refused."""
+
+    def open_window(self) -> None:
+        """Start the window's peak at the bytes in use now."""
+        with self._lock:
+            self._window_open = True
+            self.window_peak_bytes = self.current_bytes
+
+    def close_window(self) -> None:
+        """Stop the window: its peak stays as it is."""
+        with self._lock:
+            self._window_open = False
 
     def _release(self, key: int) -> None:
         with self._lock:
@@ -86,6 +105,8 @@ class StoragePeakTracker(TorchDispatchMode):
                 self.current_bytes += nbytes
                 if self.current_bytes > self.peak_bytes:
                     self.peak_bytes = self.current_bytes
+                if self._window_open and self.current_bytes > self.window_peak_bytes:
+                    self.window_peak_bytes = self.current_bytes
         if refused:
             where = self._describe()
             raise torch.OutOfMemoryError(

@@ -14,6 +14,7 @@ import logging
 import os
 import runpy
 import sys
+import types
 
 import torch
 import torch.distributed as dist
@@ -22,6 +23,7 @@ import torch.distributed.distributed_c10d as c10d
 from prism.core.workerspec import ShimConfig
 
 from . import backend as pg_backend
+from .boundary import BoundaryHook
 from .engines.base import CommEngine
 from .recorder import Recorder
 
@@ -31,11 +33,13 @@ log = logging.getLogger(__name__)
 
 
 class Sandbox:
-    def __init__(self, config: ShimConfig, engine: CommEngine, recorder: Recorder, store: dist.Store) -> None:
+    def __init__(self, config: ShimConfig, engine: CommEngine, recorder: Recorder, store: dist.Store,
+                 boundary: BoundaryHook | None = None) -> None:
         self.config = config
         self.engine = engine
         self.recorder = recorder
         self.store = store
+        self.boundary = boundary
 
 
 _current: Sandbox | None = None
@@ -109,10 +113,13 @@ def _patch_c10d(cfg: ShimConfig, store: dist.Store) -> None:
     c10d._store_based_barrier = store_based_barrier
 
 
-def _install_hooks(recorder: Recorder) -> None:
+def _install_hooks(recorder: Recorder, boundary: BoundaryHook | None) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    register_optimizer_step_post_hook(lambda *_a, **_k: recorder.mark_step(from_optimizer=True))
+    if boundary is not None:
+        boundary.install()  # the job says where steps end: optimizer steps do not
+    else:
+        register_optimizer_step_post_hook(lambda *_a, **_k: recorder.mark_step(from_optimizer=True))
     original_backward = torch.autograd.backward
 
     @functools.wraps(original_backward)
@@ -136,8 +143,9 @@ def install(cfg: ShimConfig, engine: CommEngine) -> Sandbox:
     )
     pg_backend.register_backend()
     _patch_c10d(cfg, store)
-    _install_hooks(recorder)
-    _current = Sandbox(cfg, engine, recorder, store)
+    boundary = BoundaryHook(cfg.boundary, recorder.mark_step) if cfg.boundary else None
+    _install_hooks(recorder, boundary)
+    _current = Sandbox(cfg, engine, recorder, store, boundary)
     return _current
 
 
@@ -145,12 +153,35 @@ def run_entrypoint(entrypoint: str, args: list[str] | tuple[str, ...], *, cwd: s
     """Run ``script.py`` or ``-m module`` as ``__main__`` with ``args`` as its argv."""
     if cwd:
         os.chdir(cwd)
+    boundary = _current.boundary if _current is not None else None
     if entrypoint.startswith("-m "):
         module = entrypoint[3:].strip()
         sys.argv = [module, *args]
+        if boundary is not None:
+            boundary.entry_module = module
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     else:
         path = os.path.abspath(entrypoint)
         sys.argv = [path, *args]
         sys.path.insert(0, os.path.dirname(path))
-        runpy.run_path(path, run_name="__main__")
+        code = boundary.compile_entry(path) if boundary is not None else None
+        if code is None:
+            runpy.run_path(path, run_name="__main__")
+        else:
+            _run_as_main(code, path)
+    if boundary is not None and _current is not None:
+        boundary.report(_current.config.rank)
+
+
+def _run_as_main(code, path: str) -> None:
+    """What ``runpy.run_path`` does for a script, with code compiled here (the boundary rewritten
+    into it): a fresh ``__main__`` module while it runs."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=path, __cached__=None, __loader__=None, __package__="", __spec__=None)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved

@@ -66,6 +66,9 @@ def make_engine(spec: WorkerSpec) -> CommEngine:
             out_dir=spec.out_dir,
             capture_dir=opts.get("capture_dir") or None,
             timeout_s=timeout_s,
+            device_path=opts.get("device_path", "host"),
+            device_index=spec.shim.local_rank,
+            graph_dir=opts.get("graph_dir") or None,
         )
     if name in ENGINE_NAMES:
         raise ValueError(f"comm engine {name!r} is not available in this build")
@@ -100,7 +103,9 @@ def run_rank(spec: WorkerSpec) -> RankRecord:
         _observe_other_groups(sandbox.recorder)
     recorder = sandbox.recorder
     meter = MemoryMeter(spec.shim.device, cap_bytes=spec.memory_cap_bytes, rank=spec.shim.rank,
-                        device_index=spec.shim.local_rank, current_step=lambda: recorder.current_step)
+                        device_index=spec.shim.local_rank, current_step=lambda: recorder.current_step,
+                        warmup_steps=spec.warmup_steps, measured_steps=spec.measured_steps)
+    recorder.add_step_listener(meter.on_step_end)
     profiler = (RankProfiler(spec.profile_dir, rank=spec.shim.rank, world_size=spec.shim.world_size,
                              device=spec.shim.device) if spec.profile_dir else None)
     try:
@@ -117,11 +122,16 @@ def run_rank(spec: WorkerSpec) -> RankRecord:
             engine.shutdown()
         raise
     engine.shutdown()
-    peak, source = meter.peak()
-    record = recorder.finish(peak_memory_bytes=peak, memory_source=source, engine=spec.engine)
+    record = _finish(recorder, meter, spec.engine)
     if profiler is not None:
         profiler.export(record)
     return record
+
+
+def _finish(recorder, meter: MemoryMeter, engine: str, *, exit_code: int = 0) -> RankRecord:
+    peaks = meter.peaks()
+    return recorder.finish(peak_memory_bytes=peaks.run_bytes, measured_peak_memory_bytes=peaks.measured_bytes,
+                           memory_source=peaks.source, engine=engine, exit_code=exit_code)
 
 
 def _leave_failure(spec: WorkerSpec, error: BaseException, meter: MemoryMeter, recorder,
@@ -135,8 +145,7 @@ def _leave_failure(spec: WorkerSpec, error: BaseException, meter: MemoryMeter, r
         atomic_write_text(oom_path(spec.out_dir, rank), oom.to_json())
     if oom is None and profiler is None:
         return
-    peak, source = meter.peak()
-    record = recorder.finish(peak_memory_bytes=peak, memory_source=source, engine=spec.engine, exit_code=1)
+    record = _finish(recorder, meter, spec.engine, exit_code=1)
     if oom is not None:
         atomic_write_bytes(record_path(spec.out_dir, rank), pickle.dumps(record))
     if profiler is not None:

@@ -2,7 +2,7 @@
 
 report.json, per sandbox rank: iteration time per step, mean and p50 over the measured steps
 (after ``skip_steps`` warmup steps), the calibrated prediction of the same steps (the timed
-graph), peak tracked memory, OOM if it happened, diverged ops, losses. timeline.json: a Chrome
+graph), peak memory (over the measured steps and over the whole run), OOM if it happened, diverged ops, losses. timeline.json: a Chrome
 trace with the real spans of the sandbox ranks (their recorded nodes, on the launcher's clock)
 and the simulated spans of the vranks (the timed graph, shifted so that the sandbox ranks'
 predicted end of step 0 meets their real one).
@@ -141,7 +141,9 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
             if result is None:  # the record of a rank that ran out of memory: the steps it finished
                 row.update(summarize_steps(rec.summary.step_times_ns, skip))
                 row.update(losses=list(rec.summary.losses))
-            row.update(peak_memory_bytes=rec.summary.peak_memory_bytes, memory_source=rec.summary.memory_source)
+            row.update(peak_memory_bytes=rec.summary.peak_memory_bytes,
+                       measured_peak_memory_bytes=rec.summary.measured_peak_memory_bytes,
+                       memory_source=rec.summary.memory_source)
             real_nodes[r] = tuple(rec.nodes)
             groups.update({g.group_id: g for g in rec.groups})
         if timed is not None:

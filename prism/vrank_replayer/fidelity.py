@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from prism.graph.compare import match_ratio
 from prism.graph.records import Graph, GroupInfo, Node
 
-__all__ = ["StepError", "RankFidelity", "step_errors", "rank_fidelity", "losses_equal", "losses_bitwise_equal"]
+__all__ = ["StepError", "RankFidelity", "PeakComparison", "PEAK_KINDS", "compare_peak", "step_errors", "rank_fidelity",
+           "losses_equal", "losses_bitwise_equal"]
 
 LOSS_REL_TOLERANCE = 1e-5
 """Losses of a prism run and of the real gloo run differ by rounding only (reduction order)."""
@@ -43,6 +44,45 @@ def step_errors(steps_ms: Sequence[float], real_steps_ms: Sequence[float], skip:
     return StepError(mean, real, (mean - real) / real, max(abs(a - b) / b for a, b in zip(got, want, strict=True)), n)
 
 
+PEAK_KINDS = ("measured", "run")
+"""The two peaks of a rank: over the measured steps (after the warmup), over the whole run."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeakComparison:
+    """One kind of peak of one rank: the emulated value against the real runs' values.
+
+    A peak is *timing-dependent* when real runs of the same program disagree: a tensor whose last
+    user is an asynchronous op lives until the op completes, so whether it is alive at the peak
+    depends on when the peers arrive. The emulated peak must then lie in the real spread; where
+    the real runs agree, it must equal them.
+    """
+
+    emulated_bytes: int
+    real_bytes: tuple[int, ...]
+    """One value per real run, in run order (-1: unknown)."""
+    real_min_bytes: int
+    real_max_bytes: int
+    timing_dependent: bool
+    """The real runs disagree."""
+    in_real_spread: bool
+    """real min <= emulated <= real max (False if any value is unknown)."""
+    equal: bool
+    """Every real run gave the emulated value."""
+
+
+def compare_peak(emulated_bytes: int, real_bytes: Sequence[int]) -> PeakComparison:
+    real = tuple(int(b) for b in real_bytes)
+    known = bool(real) and emulated_bytes >= 0 and min(real) >= 0
+    lo, hi = (min(real), max(real)) if real else (-1, -1)
+    return PeakComparison(
+        emulated_bytes=emulated_bytes, real_bytes=real, real_min_bytes=lo, real_max_bytes=hi,
+        timing_dependent=known and lo != hi,
+        in_real_spread=known and lo <= emulated_bytes <= hi,
+        equal=known and lo == emulated_bytes == hi,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class RankFidelity:
     rank: int
@@ -53,7 +93,15 @@ class RankFidelity:
     max_loss_rel_diff: float
     time: StepError
     peak_memory_bytes: int
+    """The emulated rank's whole-run peak."""
     real_peak_memory_bytes: int
+    """The first real run's whole-run peak."""
+    peaks: dict[str, PeakComparison]
+    """Per kind (:data:`PEAK_KINDS`): the emulated peak against every real run's."""
+    peak_in_real_spread: bool
+    """Both kinds lie in the real runs' spread."""
+    peak_equal: bool
+    """Both kinds equal every real run's."""
 
 
 def _loss_diff(a: float, b: float) -> float:
@@ -76,8 +124,17 @@ def losses_bitwise_equal(got: Sequence[float], want: Sequence[float]) -> bool:
 
 def rank_fidelity(rank: int, real: Graph, nodes: Sequence[Node], groups: dict[str, GroupInfo], *,
                   losses: Sequence[float], steps_ms: Sequence[float], peak_memory_bytes: int,
-                  skip: int) -> RankFidelity:
+                  measured_peak_memory_bytes: int = -1, skip: int,
+                  real_repeats: Sequence[Graph] = ()) -> RankFidelity:
+    """``real`` is the real run compared with (comm signature, losses, time); the peaks are
+    compared with it and with ``real_repeats``, further real runs of the same job."""
     summary = real.summaries.get(rank)
+    runs = [g.summaries.get(rank) for g in (real, *real_repeats)]
+    peaks = {
+        "measured": compare_peak(measured_peak_memory_bytes,
+                                 [s.measured_peak_memory_bytes if s else -1 for s in runs]),
+        "run": compare_peak(peak_memory_bytes, [s.peak_memory_bytes if s else -1 for s in runs]),
+    }
     real_losses = list(summary.losses) if summary else []
     diffs = [_loss_diff(a, b) for a, b in zip(losses, real_losses, strict=False)]
     real_steps = [s / 1e6 for s in summary.step_times_ns] if summary else []
@@ -89,4 +146,7 @@ def rank_fidelity(rank: int, real: Graph, nodes: Sequence[Node], groups: dict[st
         time=step_errors(steps_ms, real_steps, skip),
         peak_memory_bytes=peak_memory_bytes,
         real_peak_memory_bytes=summary.peak_memory_bytes if summary else -1,
+        peaks=peaks,
+        peak_in_real_spread=all(p.in_real_spread for p in peaks.values()),
+        peak_equal=all(p.equal for p in peaks.values()),
     )

@@ -79,7 +79,18 @@ def test_every_bundled_example_job_loads():
     assert len(files) >= 7
     for f in files:
         job = load_job(f)
-        assert job.world_size == 8, f
+        assert job.world_size == (4 if f.parent.name == "pp_sleep_noopt" else 8), f
+
+
+def test_iterations_boundary_round_trips(tmp_path):
+    (tmp_path / "train.py").write_text("def step():\n    pass\n")
+    job = job_from_dict({"name": "j", "entrypoint": "train.py", "world_size": 2,
+                         "iterations": {"boundary": "step"}}, base_dir=tmp_path)
+    assert job.iterations.boundary == "step"
+    assert job_to_dict(job)["iterations"]["boundary"] == "step"
+    assert "boundary" not in job_to_dict(dataclasses.replace(job, iterations=dataclasses.replace(
+        job.iterations, boundary="")))["iterations"]
+    assert job_from_dict(job_to_dict(job), base_dir=tmp_path) == job
 
 
 def test_rank_ranges():

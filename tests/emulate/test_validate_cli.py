@@ -1,7 +1,9 @@
 """``prism validate`` end to end on CPU: the pp example as a 4-stage 1F1B pipeline (W=4), sandbox
 ranks 0 and 3 (the first stage and the last, which has the loss). The emulated ranks match the real
 run's comm signature, their losses equal the capture run's bit for bit and the real run's, and
-their peak tracked memory is the real run's to the byte; beside them, the same ranks alone under
+both their peaks (over the measured steps, over the whole run) lie in the spread of two real runs,
+and equal them to the byte where the real runs agree — the peaks of this job do not depend on
+scheduling (docs/emulate.md, "What a rank's peak counts"); beside them, the same ranks alone under
 PyTorch's fake process group crash: the pipeline's shape exchange unpickles the zeros it got."""
 
 import json
@@ -23,17 +25,25 @@ def test_validate_compares_the_emulated_ranks_with_the_real_run_and_the_fake_pg(
         "world_size": 4, "iterations": {"warmup": 1, "measured": 2}, "parallelism": {"pp": 4}}))
     out = tmp_path / "validate.json"
     proc = run_prism("validate", "--job", str(job), "--ranks", "0,3", "--out", str(tmp_path / "run"),
-                     "--json", str(out), "--timeout", "300", timeout=800)
+                     "--json", str(out), "--timeout", "300", "--real-repeats", "2", timeout=800,
+                     env={"COLUMNS": "250"})  # the table unwrapped
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert result["sandbox_ranks"] == [0, 3]
+    assert result["sandbox_ranks"] == [0, 3] and result["real_repeats"] == 2
+    assert "peak, measured steps (real)" in proc.stdout and "peak, whole run (emulated)" in proc.stdout
     for rank in ("0", "3"):
         prism, fake = result["ranks"][rank]["prism"], result["ranks"][rank]["torch_fake"]
         assert prism["signature_match"] == 1.0
         assert prism["losses_bitwise_collected"] and prism["losses_equal"], prism
         assert prism["diverged_ops"] == 0 and prism["oom"] is False
-        assert prism["real_peak_memory_bytes"] > 0
-        assert prism["peak_memory_bytes"] == prism["real_peak_memory_bytes"], prism
+        for kind in ("measured", "run"):
+            peak = prism["peaks"][kind]
+            assert len(peak["real_bytes"]) == 2 and peak["real_min_bytes"] > 0, peak
+            assert peak["in_real_spread"], (kind, peak)
+            if not peak["timing_dependent"]:
+                assert peak["equal"], (kind, peak)
+        assert prism["peaks"]["measured"]["emulated_bytes"] <= prism["peaks"]["run"]["emulated_bytes"]
+        assert prism["peak_in_real_spread"]
         assert fake["status"] == "crashed" and fake["error"], fake
     last_stage = read_graph(tmp_path / "run" / "graph" / "real").summaries[3].losses
     assert last_stage and not any(math.isnan(x) for x in last_stage), "the compared losses are real numbers"

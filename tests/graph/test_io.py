@@ -28,7 +28,7 @@ r0#5 MARK step_end step=0 t=5000+0
 r1#0 RECV g0:0 <-0 64KiB bf16[32,1024] async
 r1#1 COLL broadcast g0:0 root=0 i64[]
 r2#0 COLL all_gather gep:0 f32[4] out[4][4] sum
-summary r0 step_times_ns=5000 losses=2.5,0.1 peak_memory_bytes=4096 memory_source=tracked
+summary r0 step_times_ns=5000 losses=2.5,0.1 peak_memory_bytes=4096 measured_peak_memory_bytes=2048 memory_source=tracked
 summary r2 exit_code=1
 """
 
@@ -36,6 +36,14 @@ summary r2 exit_code=1
 @pytest.fixture
 def graph() -> Graph:
     return parse_graph(EVERY_FIELD)
+
+
+def _write_manifest(out: Path, manifest: pb.Manifest) -> None:
+    """Write an edited manifest with its own checksum made valid again (the field holds the
+    sha256 of the manifest serialized with the field empty), as a deliberate editor would."""
+    manifest.sha256 = ""
+    manifest.sha256 = hashlib.sha256(manifest.SerializeToString(deterministic=True)).hexdigest()
+    (out / "manifest.pb").write_bytes(manifest.SerializeToString(deterministic=True))
 
 
 def test_round_trip_keeps_every_field(tmp_path: Path, graph: Graph) -> None:
@@ -108,7 +116,7 @@ def test_wrong_schema_version_in_manifest_names_it(tmp_path: Path, graph: Graph)
     out = write_graph(graph, tmp_path / "g")
     manifest = pb.Manifest.FromString((out / "manifest.pb").read_bytes())
     manifest.schema_version = SCHEMA_VERSION + 1
-    (out / "manifest.pb").write_bytes(manifest.SerializeToString())
+    _write_manifest(out, manifest)
     with pytest.raises(RunDirError, match=rf"manifest\.pb: schema_version {SCHEMA_VERSION + 1}, but this prism reads"):
         read_graph(out)
 
@@ -121,7 +129,8 @@ def test_wrong_schema_version_in_rank_file_names_it(tmp_path: Path, graph: Graph
     (out / "rank-00000.pb").write_bytes(data)
     manifest = pb.Manifest.FromString((out / "manifest.pb").read_bytes())
     manifest.rank_files[0].sha256 = hashlib.sha256(data).hexdigest()
-    (out / "manifest.pb").write_bytes(manifest.SerializeToString())
+    manifest.rank_files[0].size_bytes = len(data)
+    _write_manifest(out, manifest)
     with pytest.raises(RunDirError, match=r"rank-00000\.pb: schema_version 99"):
         read_graph(out)
 
@@ -135,7 +144,8 @@ def test_node_payload_checksum_is_checked(tmp_path: Path, graph: Graph) -> None:
     (out / "rank-00000.pb").write_bytes(data)
     manifest = pb.Manifest.FromString((out / "manifest.pb").read_bytes())
     manifest.rank_files[0].sha256 = hashlib.sha256(data).hexdigest()
-    (out / "manifest.pb").write_bytes(manifest.SerializeToString())
+    manifest.rank_files[0].size_bytes = len(data)
+    _write_manifest(out, manifest)
     with pytest.raises(RunDirError, match=r"rank-00000\.pb: node payload checksum mismatch"):
         read_graph(out)
 
@@ -143,7 +153,7 @@ def test_node_payload_checksum_is_checked(tmp_path: Path, graph: Graph) -> None:
 def test_garbage_manifest_names_the_file(tmp_path: Path, graph: Graph) -> None:
     out = write_graph(graph, tmp_path / "g")
     (out / "manifest.pb").write_bytes(b"\xff\xff\xff\xff")
-    with pytest.raises(RunDirError, match=r"manifest\.pb: corrupt Manifest"):
+    with pytest.raises(RunDirError, match=r"manifest\.pb: corrupt or truncated Manifest"):
         read_graph(out)
 
 
@@ -159,3 +169,12 @@ def test_verify_graph_names_a_damaged_rank_file_without_parsing_nodes(tmp_path: 
         path.write_bytes(data[: len(data) // 2] if damage == "truncate" else data[:-1] + bytes([data[-1] ^ 0xFF]))
     with pytest.raises(RunDirError, match=r"rank-00001\.pb: (sha256 .* does not match manifest\.pb|rank 1's file .* is missing)"):
         verify_graph(tmp_path / "g")
+
+
+def test_a_summary_written_before_the_measured_peak_existed_reads_it_as_unknown() -> None:
+    from prism.graph.io import _summary_from_pb
+
+    old = pb.RankSummary.FromString(pb.RankSummary(rank=1, peak_memory_bytes=4096).SerializeToString())
+    s = _summary_from_pb(old)
+    assert (s.peak_memory_bytes, s.measured_peak_memory_bytes) == (4096, -1)
+    assert _summary_from_pb(pb.RankSummary(rank=1, measured_peak_memory_bytes=0)).measured_peak_memory_bytes == 0

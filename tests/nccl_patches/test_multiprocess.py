@@ -95,7 +95,7 @@ def run_endpoints(tmp_path, plan):
     seed=st.integers(0, 10**6),
 )
 @example(n=12, data=None, dtype=torch.float32, seed=3).via("several blocks")
-@settings(max_examples=2, deadline=None)
+@settings(max_examples=2, deadline=None, derandomize=True)  # the same examples on every CI run
 def test_sandbox_outputs_and_link_traffic_over_real_gloo(tmp_path_factory, n, data, dtype, seed):
     if data is None:  # the explicit example: two separated blocks, one of them of two ranks
         sandbox, num_vrank_endpoints = (2, 3, 8), 1
@@ -119,8 +119,12 @@ def test_sandbox_outputs_and_link_traffic_over_real_gloo(tmp_path_factory, n, da
             got, want = results[e][i]["output"], expected[i][s]
             if want is None:
                 assert got is None
-            elif i == 1 and dtype.is_floating_point:  # changed input: recorded + Δ, within rounding
-                assert torch.allclose(got.double(), want.double(), atol=0.1 * n, rtol=0.05), (algo, s)
+            elif i == 1 and dtype.is_floating_point:
+                # changed input: recorded + Δ, within rounding -- when one endpoint hosts every vrank
+                # of the group; with several, a deviation is not carried across endpoints
+                # (docs/pruned-collectives.md), so there is no value to compare with.
+                if num_vrank_endpoints <= 1:
+                    assert torch.allclose(got.double(), want.double(), atol=0.1 * n, rtol=0.05), (algo, s)
             else:
                 assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (i, algo, s)
             assert results[e][i].get("diverged") == (i == 1 and s == sandbox[0] and not torch.equal(

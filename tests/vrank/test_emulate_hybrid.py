@@ -73,4 +73,20 @@ def test_missing_recorded_data_stops_the_emulation_with_the_op_named(hybrid_run,
     victim.unlink()
     with pytest.raises(RankFailedError) as e:
         emulate(run, EmulateOptions(ranks=SANDBOX, recorded_dir=str(broken), timeout_s=120))
-    assert "no recorded data for all_gather on group 5 seq 3" in e.value.traceback_text
+    # The record is listed in index.json, so its absence is damage: the file and the op's key are named.
+    assert f"{victim}: recorded data of c/5/3/0 is missing (listed in index.json)" in e.value.traceback_text
+
+
+def test_a_flipped_byte_in_recorded_data_stops_the_emulation_naming_the_file(hybrid_run, tmp_path):
+    # The record's sha256 (in its metadata) is checked when it is first loaded: the emulation
+    # stops instead of running on a wrong value.
+    run, _, _ = hybrid_run
+    broken = tmp_path / "recorded"
+    shutil.copytree(recorded_dir(run, SANDBOX), broken)
+    victim = broken / "c" / "5" / "3.0.safetensors"
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0x01  # the last byte is tensor data
+    victim.write_bytes(bytes(data))
+    with pytest.raises(RankFailedError) as e:
+        emulate(run, EmulateOptions(ranks=SANDBOX, recorded_dir=str(broken), timeout_s=120))
+    assert f"{victim}: sha256 mismatch in the recorded data of c/5/3/0" in e.value.traceback_text

@@ -114,20 +114,22 @@ class GroupInfo(_message.Message):
     def __init__(self, group_id: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., desc: _Optional[str] = ...) -> None: ...
 
 class RankSummary(_message.Message):
-    __slots__ = ("rank", "losses", "step_times_ns", "peak_memory_bytes", "memory_source", "exit_code")
+    __slots__ = ("rank", "losses", "step_times_ns", "peak_memory_bytes", "memory_source", "exit_code", "measured_peak_memory_bytes")
     RANK_FIELD_NUMBER: _ClassVar[int]
     LOSSES_FIELD_NUMBER: _ClassVar[int]
     STEP_TIMES_NS_FIELD_NUMBER: _ClassVar[int]
     PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     MEMORY_SOURCE_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     rank: int
     losses: _containers.RepeatedScalarFieldContainer[float]
     step_times_ns: _containers.RepeatedScalarFieldContainer[int]
     peak_memory_bytes: int
     memory_source: str
     exit_code: int
-    def __init__(self, rank: _Optional[int] = ..., losses: _Optional[_Iterable[float]] = ..., step_times_ns: _Optional[_Iterable[int]] = ..., peak_memory_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ..., exit_code: _Optional[int] = ...) -> None: ...
+    measured_peak_memory_bytes: int
+    def __init__(self, rank: _Optional[int] = ..., losses: _Optional[_Iterable[float]] = ..., step_times_ns: _Optional[_Iterable[int]] = ..., peak_memory_bytes: _Optional[int] = ..., memory_source: _Optional[str] = ..., exit_code: _Optional[int] = ..., measured_peak_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class RankFile(_message.Message):
     __slots__ = ("schema_version", "rank", "summary", "has_summary", "nodes", "nodes_sha256")
@@ -187,7 +189,7 @@ class Templates(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., template_of: _Optional[_Iterable[int]] = ..., replica_of: _Optional[_Iterable[int]] = ..., replicas: _Optional[_Iterable[_Union[Replica, _Mapping]]] = ...) -> None: ...
 
 class Manifest(_message.Message):
-    __slots__ = ("schema_version", "world_size", "kind", "job_name", "meta", "groups", "rank_files", "templates")
+    __slots__ = ("schema_version", "world_size", "kind", "job_name", "meta", "groups", "rank_files", "templates", "sha256")
     class MetaEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -203,6 +205,7 @@ class Manifest(_message.Message):
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     RANK_FILES_FIELD_NUMBER: _ClassVar[int]
     TEMPLATES_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
     schema_version: int
     world_size: int
     kind: str
@@ -211,4 +214,5 @@ class Manifest(_message.Message):
     groups: _containers.RepeatedCompositeFieldContainer[GroupInfo]
     rank_files: _containers.RepeatedCompositeFieldContainer[RankFileRef]
     templates: Templates
-    def __init__(self, schema_version: _Optional[int] = ..., world_size: _Optional[int] = ..., kind: _Optional[str] = ..., job_name: _Optional[str] = ..., meta: _Optional[_Mapping[str, str]] = ..., groups: _Optional[_Iterable[_Union[GroupInfo, _Mapping]]] = ..., rank_files: _Optional[_Iterable[_Union[RankFileRef, _Mapping]]] = ..., templates: _Optional[_Union[Templates, _Mapping]] = ...) -> None: ...
+    sha256: str
+    def __init__(self, schema_version: _Optional[int] = ..., world_size: _Optional[int] = ..., kind: _Optional[str] = ..., job_name: _Optional[str] = ..., meta: _Optional[_Mapping[str, str]] = ..., groups: _Optional[_Iterable[_Union[GroupInfo, _Mapping]]] = ..., rank_files: _Optional[_Iterable[_Union[RankFileRef, _Mapping]]] = ..., templates: _Optional[_Union[Templates, _Mapping]] = ..., sha256: _Optional[str] = ...) -> None: ...

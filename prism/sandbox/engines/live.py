@@ -29,19 +29,19 @@ they are listed in ``<out_dir>/rank-R.live.json`` with the op count, traffic and
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import logging
 import queue
 import resource
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import save_file
 
 from prism.core.atomic import atomic_write_text
 from prism.core.errors import PrismError
@@ -49,7 +49,7 @@ from prism.graph.records import CommOp
 from prism.nccl_patches import run_sandbox_side
 from prism.nccl_patches.compensation import bits_equal
 from prism.nccl_patches.parties import SandboxParty
-from prism.nccl_patches.recorded_store import CAPTURE_SCHEMA, RecordedStore, collective_key, p2p_key
+from prism.nccl_patches.recorded_store import RecordedStore, collective_key, p2p_key, write_capture
 from prism.nccl_patches.vplan import (
     WideTagTransport,
     barrier_record,
@@ -61,8 +61,13 @@ from prism.nccl_patches.vplan import (
     transport_prefix,
 )
 
+from prism.graph.io import read_graph
+from prism.nccl_patches.vplan import device_lanes
+
 from ..memtrack import untracked
 from .base import CommEngine, CommRequest, GroupHandle
+from .device_path import DeviceLanes
+from .passthrough import PassthroughEngine
 
 __all__ = ["LiveEngine", "live_result_path"]
 
@@ -90,10 +95,14 @@ class _Channel:
 
     def _loop(self) -> None:
         while (item := self.queue.get()) is not None:
-            self._run(*item)
-            # Until the next op arrived, ``item`` would keep this op's tensors alive, which the
-            # script has freed: they would count in the rank's allocator peak.
+            complete = self._run(*item)
+            # The op's tensors are dropped before its waiter wakes: kept until the next op arrived,
+            # or until this thread ran again after waking the script, a tensor the script has
+            # freed (a pipeline stage's sent gradient) would count in the rank's allocator peak
+            # or not depending on scheduling.
             del item
+            complete()
+            del complete
 
 
 @dataclass(slots=True)
@@ -124,6 +133,9 @@ class LiveEngine(CommEngine):
         out_dir: str = ".",
         capture_dir: str | None = None,
         timeout_s: float = 300.0,
+        device_path: str = "host",
+        device_index: int = 0,
+        graph_dir: str | None = None,
     ) -> None:
         self.rank = rank
         self.sandbox = frozenset(range(world_size) if sandbox is None else sandbox)
@@ -145,6 +157,23 @@ class LiveEngine(CommEngine):
         self._first_done_unix_s: float | None = None
         self._capture_meta: list[dict] = []
         self._capture_tensors: dict[str, torch.Tensor] = {}
+        self._lanes: DeviceLanes | None = None
+        self._real: PassthroughEngine | None = None
+        if device_path in ("nccl", "lanes"):
+            if not graph_dir:
+                raise PrismError("live engine: the nccl device path needs the graph (graph_dir)")
+            graph = read_graph(graph_dir)
+            members = {gid: g.ranks for gid, g in graph.groups.items()}
+            lanes = device_lanes(graph.nodes.get(rank, ()), rank, members, self.sandbox, num_replayers)
+            del graph
+            device = torch.device("cuda", device_index) if device_path == "nccl" else torch.device("cpu")
+            self._lanes = DeviceLanes(rank=rank, device=device, lanes=lanes,
+                                      store_factory=self._transport_store, timeout_s=timeout_s)
+            if device_path == "nccl":
+                # Groups of sandbox ranks only run the real backend among them (no vrank takes
+                # part): their ops are what the real job's are, on the real links.
+                self._real = PassthroughEngine(cuda_backend="nccl", timeout_s=timeout_s)
+        self._real_groups: set[str] = set()
 
     # ------------------------------------------------------------------------------ plumbing
 
@@ -174,7 +203,27 @@ class LiveEngine(CommEngine):
         me = req.group.global_rank
         return (me, req.peer) if req.op is CommOp.SEND else (req.peer, me)
 
+    def create_group(self, group: GroupHandle, store: object) -> None:
+        if self._lanes is None:
+            return
+        # Sizes 1 included: a mesh dimension of size 1 is a one-rank NCCL communicator in the real
+        # job (its all-reduce is a device copy at most), not a trip through host memory.
+        if self._real is not None and all(r in self.sandbox for r in group.ranks):
+            self._real.create_group(group, store)
+            self._real_groups.add(group.group_id)
+        elif self._lanes.has_vranks(group.group_id):
+            self._lanes.open_group(group.group_id)
+
     def submit(self, request: CommRequest) -> torch.futures.Future:
+        if self._lanes is not None:
+            if request.group.group_id in self._real_groups:
+                future = self._real.submit(request)
+                self._first_done()
+                return future
+            if (lane := self._lanes.lane_for(request)) is not None:
+                future = self._lanes.submit(request, lane)
+                self._first_done()
+                return future
         future: torch.futures.Future = torch.futures.Future()
         p2p = request.op in (CommOp.SEND, CommOp.RECV)
         gid = request.group.group_id
@@ -191,6 +240,12 @@ class LiveEngine(CommEngine):
                                     for s in range(request.seq, request.seq + 1 + _PREFETCH_OPS))
         transport = self._transports.get(gid) if p2p else None
         if transport is None:  # collectives, and a group's first messages (its transport connects there)
+            if any(t.is_cuda for t in (*request.inputs, *request.outputs)):
+                # The channel thread reads the inputs on its own stream: it first waits for what the
+                # caller's stream (e.g. FSDP's all-gather or reduce-scatter stream) has queued.
+                ready = torch.cuda.Event()
+                ready.record()
+                request.extra["inputs_ready"] = ready
             ch.queue.put((self._run, request, future, snapshot))
             return future
         try:
@@ -216,25 +271,29 @@ class LiveEngine(CommEngine):
         return ch
 
     @staticmethod
-    def _call(fn, *args) -> None:
-        fn(*args)
+    def _call(fn, *args) -> Callable[[], None]:
+        return fn(*args)
 
-    def _run(self, req: CommRequest, future: torch.futures.Future, snapshot) -> None:
+    def _run(self, req: CommRequest, future: torch.futures.Future, snapshot) -> Callable[[], None]:
+        """Runs the op; returns what completes its future (the channel calls it once it has
+        dropped the op)."""
         try:
             with torch.no_grad():
                 self._execute(req, snapshot)
         except BaseException as e:  # noqa: BLE001 - delivered to the waiter
             log.debug("rank %d: %s %s:%d failed", self.rank, req.op.value, req.group.group_id, req.seq, exc_info=True)
-            future.set_exception(e)
-            return
-        self._complete(future, req)
+            return functools.partial(future.set_exception, e)
+        return functools.partial(self._complete, future, req.outputs)
 
-    def _complete(self, future: torch.futures.Future, req: CommRequest) -> None:
+    def _first_done(self) -> None:
         if self._first_done_unix_s is None:
             with self._lock:
                 if self._first_done_unix_s is None:
                     self._first_done_unix_s = time.time()
-        future.set_result(req.outputs)
+
+    def _complete(self, future: torch.futures.Future, outputs: list[torch.Tensor]) -> None:
+        self._first_done()
+        future.set_result(outputs)
 
     # ------------------------------------------------------------------ send/recv posted at once
 
@@ -264,7 +323,8 @@ class LiveEngine(CommEngine):
             num_bytes += buf.numel() * buf.element_size()
         return _Posted(works, bufs, targets, s if send else d, num_bytes)
 
-    def _finish_p2p(self, req: CommRequest, future: torch.futures.Future, snapshot, posted: _Posted) -> None:
+    def _finish_p2p(self, req: CommRequest, future: torch.futures.Future, snapshot,
+                    posted: _Posted) -> Callable[[], None]:
         try:
             timeout = datetime.timedelta(seconds=self.timeout_s)
             for work in posted.works:
@@ -286,9 +346,8 @@ class LiveEngine(CommEngine):
                 self._done(req, diverged, snapshot, posted.num_bytes)
         except BaseException as e:  # noqa: BLE001 - delivered to the waiter
             log.debug("rank %d: %s %s:%d failed", self.rank, req.op.value, req.group.group_id, req.seq, exc_info=True)
-            future.set_exception(e)
-            return
-        self._complete(future, req)
+            return functools.partial(future.set_exception, e)
+        return functools.partial(self._complete, future, req.outputs)
 
     # ------------------------------------------------------------------------------ one op
 
@@ -313,6 +372,8 @@ class LiveEngine(CommEngine):
             # copied to the host, the algorithm runs there, the results are copied back. The
             # collective holds no device memory of its own, like NCCL's buffers, so the rank's
             # allocator peak is the real run's.
+            if "inputs_ready" in req.extra:
+                req.extra.pop("inputs_ready").synchronize()
             inputs = [t.detach().cpu() for t in inputs]
             outputs = [torch.empty(t.shape, dtype=t.dtype) for t in outputs]
         parts = op_parts(req.op, inputs, n=n, group_rank=me, root=root, peer=peer, flat=req.flat,
@@ -386,14 +447,21 @@ class LiveEngine(CommEngine):
         from ..shim import current_sandbox  # the recorder holds the losses
 
         sandbox = current_sandbox()
+        lanes = self._lanes
+        if lanes is not None:
+            lanes.close()
+        if self._real is not None:
+            self._real.shutdown()
         result = {
             "rank": self.rank,
-            "num_ops": self._num_ops,
+            "device_path": ("nccl" if lanes.device.type == "cuda" else "lanes") if lanes is not None else "host",
+            "num_lanes": lanes.num_lanes if lanes is not None else 0,
+            "num_ops": self._num_ops + (lanes.num_ops if lanes is not None else 0),
             "diverged_ops": self._diverged,
             "num_transports": len(self._transports),
             "num_connections": sum(t.pg.size() - 1 for t in self._transports.values()),
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            "traffic_bytes": self._traffic_bytes,
+            "traffic_bytes": self._traffic_bytes + (lanes.traffic_bytes if lanes is not None else 0),
             "first_op_done_unix_s": self._first_done_unix_s,
             "losses": list(sandbox.recorder.losses) if sandbox else [],
             "step_times_ns": list(sandbox.recorder.step_times_ns) if sandbox else [],
@@ -401,10 +469,7 @@ class LiveEngine(CommEngine):
         self.out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(live_result_path(self.out_dir, self.rank), json.dumps(result, indent=1))
         if self.capture_dir is not None:
-            self.capture_dir.mkdir(parents=True, exist_ok=True)
-            save_file(self._capture_tensors, str(self.capture_dir / f"rank-{self.rank:05d}.safetensors"))
-            atomic_write_text(self.capture_dir / f"rank-{self.rank:05d}.json",
-                              json.dumps({"schema": CAPTURE_SCHEMA, "rank": self.rank, "ops": self._capture_meta}))
+            write_capture(self.capture_dir, self.rank, self._capture_tensors, self._capture_meta)
         if self._recorded is not None:
             self._recorded.close()
         for t in self._transports.values():

@@ -113,25 +113,51 @@ class PassthroughEngine(CommEngine):
             works = self._start(pg, staged or req)
         futures = [self._future_of(w, req) for w in works]
         done = torch.futures.collect_all(futures) if len(futures) != 1 else futures[0]
+        if not isinstance(pg, dist.ProcessGroupGloo) and works:
+            self._observe_nccl(req, works, futures)
         size = req.group.size
+        # ``finish`` runs on the thread that completes the backend's work, and torch destroys a
+        # callback only after the future it completes has woken the script: it holds no request
+        # and empties ``held`` as it runs, or a tensor only the op still references (a pipeline
+        # stage's sent gradient) would outlive the script's wake-up by however long that thread
+        # takes, and count in the rank's peak or not depending on scheduling.
+        held = [req.outputs, staged.outputs if staged is not None else req.outputs]
+        divide = self.divides_avg and req.reduce_op == "avg" and req.op in (
+            CommOp.ALL_REDUCE, CommOp.REDUCE_SCATTER, CommOp.REDUCE)
+        del staged
 
         def finish(f):
+            outputs, results = held
+            held.clear()
             f.value()  # re-raises a backend error into our future
-            results = (staged or req).outputs
-            if self.divides_avg and req.reduce_op == "avg" and req.op in (CommOp.ALL_REDUCE, CommOp.REDUCE_SCATTER, CommOp.REDUCE):
+            if divide:
                 with torch.no_grad():
                     for t in results:
                         if t.is_floating_point() or t.is_complex():
                             t.div_(size)
                         else:
                             t.floor_divide_(size)
-            if staged is not None:
+            if results is not outputs:
                 with torch.no_grad():
-                    for out, host in zip(req.outputs, results, strict=True):
+                    for out, host in zip(outputs, results, strict=True):
                         out.copy_(host)
-            return req.outputs
+            return outputs
 
         return done.then(finish)
+
+    def _observe_nccl(self, req: CommRequest, works: list, futures: list) -> None:
+        """``Work.wait()`` of the script goes to the real works, so ProcessGroupNCCL releases its
+        stash of the op's tensors exactly as it would unobserved. The recorder takes no end event
+        for an async NCCL op: waiting for its future on another stream would record the op's
+        tensors on that stream (``recordDataPtrOnStream``), which changes which blocks the caching
+        allocator hands out next and so the rank's ``max_memory_allocated``; the op's end shows
+        where the script waits for it (its WAIT node, or the stream order of a synchronous op)."""
+
+        def wait() -> None:
+            for w in works:
+                w.wait()
+
+        req.extra["wait"] = wait
 
     def _future_of(self, work, req: CommRequest) -> torch.futures.Future:
         try:
@@ -162,15 +188,20 @@ class PassthroughEngine(CommEngine):
         while (item := waits.get()) is not None:
             work, future = item
             del item
+            error: Exception | None = None
             try:
                 work.wait()
             except Exception as e:  # noqa: BLE001 - handed to the waiter
-                future.set_exception(e)
+                error = e
+            # The work holds the op's tensors: dropped before the waiter wakes, as a plain gloo
+            # run frees a sent tensor when the script drops it. Dropped after, the tensor would
+            # count in the rank's peak whenever this thread lost the CPU in between.
+            del work
+            if error is not None:
+                future.set_exception(error)
             else:
                 future.set_result(None)
-            # The work holds the op's tensors: kept until the next op arrived, they would count
-            # in the rank's memory peak after the script freed them (a plain gloo run frees them).
-            del work, future
+            del future, error
 
     def _start(self, pg, req: CommRequest) -> list:
         op, g = req.op, req.group

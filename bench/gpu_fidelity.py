@@ -1,0 +1,146 @@
+"""GPU fidelity at W=2 (two GPUs, one rank per GPU, NCCL): for each case, the plain torch run
+(timed from outside the script), ``prism record`` and ``prism validate --ranks 0`` (record,
+calibrate, emulate rank 0 on the sandbox GPU with vrank 1 on the assistant GPU, the nccl data
+path), compared. Writes bench/results/gpu_fidelity.json.
+
+    python bench/gpu_fidelity.py [--cases ddp_bucket25,pp2] [--quick] [--json PATH]
+
+ms are medians over the steps after the warmup; ``*_peak_bytes`` are ``max_memory_allocated``
+over the whole run (``plain_peak_after_warmup_bytes``: after a reset at the end of the warmup).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+WARMUP, STEPS = 2, 6
+CASES = {
+    # the two DDP jobs of the GPU issue (the second at a batch that makes its steps >= 50 ms)
+    "ddp_bucket25": ("ddp", ["--batch", "4096", "--dim", "4096", "--hidden", "4096", "--layers", "6", "--bucket-cap-mb", "25"]),
+    "ddp_default_buckets": ("ddp", ["--batch", "16384", "--dim", "4096", "--hidden", "4096", "--layers", "4", "--bucket-cap-mb", "25"]),
+    "fsdp2": ("fsdp2", ["--batch", "32", "--seq", "1024", "--dim", "1024", "--heads", "16", "--layers", "8", "--vocab", "8192"]),
+    "tp2": ("tp", ["--tp", "2", "--batch", "8192", "--dim", "4096", "--hidden", "16384", "--layers", "4"]),
+    "pp2_1f1b": ("pp", ["--pp", "2", "--schedule", "1f1b", "--microbatches", "8", "--microbatch-size", "2048", "--dim", "4096", "--layers-per-stage", "6"]),
+}
+QUICK = {name: (ex, [a if not a.isdigit() or int(a) < 64 else str(max(64, int(a) // 16)) for a in args])
+         for name, (ex, args) in CASES.items()}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def plain_run(example: str, args: list[str], out: Path, world: int = 2) -> dict:
+    """Every rank of the unmodified script, one per GPU, NCCL; no prism in the processes."""
+    env = {**os.environ, "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    script = ROOT / "examples" / example / "train.py"
+    procs = []
+    for r in range(world):
+        procs.append(subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "_plain_rank.py"), str(out / f"plain-{r}.json"), str(WARMUP),
+             str(script), *args], env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, cwd=script.parent))
+    codes = [p.wait(timeout=600) for p in procs]
+    if any(codes):
+        raise RuntimeError(f"plain run of {example} failed: exit codes {codes}")
+    d = json.loads((out / "plain-0.json").read_text())
+    return {"real_ms": statistics.median(d["step_ms"][WARMUP - 1:]), "real_peak_bytes": d["peak_whole_run_bytes"],
+            "plain_peak_after_warmup_bytes": d["peak_after_warmup_bytes"]}
+
+
+def run_case(name: str, example: str, args: list[str], work: Path) -> dict:
+    from prism.cli.validate import validate
+    from prism.graph.io import read_graph
+
+    case_dir = work / name
+    case_dir.mkdir(parents=True, exist_ok=True)
+    job = {"name": name, "entrypoint": str(ROOT / "examples" / example / "train.py"),
+           "args": ["--device", "cuda", *args, "--steps", str(STEPS)], "world_size": 2, "ranks_per_node": 2,
+           "device": "cuda", "iterations": {"warmup": WARMUP, "measured": STEPS - WARMUP}, "slots": 2}
+    job_path = case_dir / "job.yaml"
+    job_path.write_text(yaml.safe_dump(job))
+    row: dict = {"name": name, "example": example, "args": args}
+    t0 = time.time()
+    row.update(plain_run(example, job["args"], case_dir))
+    row["plain_wall_s"] = round(time.time() - t0, 1)
+    t0 = time.time()
+    result = validate(str(job_path), "0", str(case_dir / "run"), slice_size=1, timeout_s=500, torch_fake=False,
+                      device={"device_path": "auto", "sandbox_gpus": (), "assistant_gpus": ()})
+    row["validate_wall_s"] = round(time.time() - t0, 1)
+    prism = result["ranks"][0]["prism"]
+    real = read_graph(case_dir / "run" / "graph" / "real").summaries[0]
+    report = json.loads((Path(result["emulation"]) / "report.json").read_text())["ranks"]["0"]
+    record_steps = [s / 1e6 for s in real.step_times_ns[WARMUP:]]
+    emu_steps = report.get("step_ms", [])[WARMUP:]
+    row.update(
+        record_ms=statistics.median(record_steps) if record_steps else None,
+        emulated_ms=statistics.median(emu_steps) if emu_steps else None,
+        calibrated_ms=prism["calibrated_ms"],
+        record_peak_bytes=prism["real_peak_memory_bytes"],
+        emulated_peak_bytes=prism["peak_memory_bytes"],
+        losses_equal=prism["losses_bitwise_collected"],
+        losses_equal_record=prism["losses_equal"],
+        signature_match=prism["signature_match"],
+        diverged_ops=prism["diverged_ops"],
+        layout=report.get("layout", ""),
+    )
+    ref = row["real_ms"]
+    if emu_steps and ref:
+        row["mean_rel_error"] = statistics.mean(emu_steps) / ref - 1
+        row["max_rel_error"] = max(abs(s / ref - 1) for s in emu_steps)
+    if row["record_ms"] and ref:
+        row["record_rel_error"] = row["record_ms"] / ref - 1
+    if row["calibrated_ms"] and ref:
+        row["calibrated_rel_error"] = row["calibrated_ms"] / ref - 1
+    return row
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument("--quick", action="store_true", help="small sizes (a smoke run of the path)")
+    p.add_argument("--json", default=str(ROOT / "bench" / "results" / "gpu_fidelity.json"))
+    p.add_argument("--work", default=None, help="where the runs go (default: a temporary directory)")
+    p.add_argument("--keep", action="store_true", help="keep each case's run directory (the capture is large)")
+    ns = p.parse_args()
+    import torch
+
+    table = QUICK if ns.quick else CASES
+    work = Path(ns.work or tempfile.mkdtemp(prefix="prism-gpu-fidelity-"))
+    out = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+           "num_gpus": torch.cuda.device_count(), "torch": torch.__version__, "host": platform.node(),
+           "warmup_steps": WARMUP, "steps": STEPS, "cases": []}
+    for name in ns.cases.split(","):
+        example, args = table[name]
+        try:
+            row = run_case(name, example, args, work)
+        except Exception as e:  # noqa: BLE001 - a failed case is a result too
+            row = {"name": name, "error": f"{type(e).__name__}: {e}"[-4000:]}
+        if not ns.keep:
+            shutil.rmtree(work / name / "run", ignore_errors=True)
+        print(json.dumps(row), flush=True)
+        out["cases"].append(row)
+        Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(ns.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""An engine drops its references to an op's tensors before it completes the op's future, so a
+tensor that only the op still holds — a pipeline stage's sent gradient, which the schedule drops
+once the send is waited — is gone when the script wakes, as in a plain gloo run. Dropped after,
+it lived on for as long as the engine's thread took to run again, and counted in the rank's peak
+or not depending on scheduling (issue 12: pp rank 3's 163,396 vs 163,140 B)."""
+
+import threading
+import weakref
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from prism.graph.records import CommOp
+from prism.sandbox.engines.base import CommRequest, GroupHandle
+from prism.sandbox.engines.passthrough import PassthroughEngine
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _pair() -> list[tuple[PassthroughEngine, GroupHandle]]:
+    """Two ranks of one real gloo group in this process (gloo's rendezvous needs both at once)."""
+    store = dist.HashStore()
+    pairs = [(PassthroughEngine(timeout_s=60), GroupHandle("0", (0, 1), r)) for r in range(2)]
+    threads = [threading.Thread(target=e.create_group, args=(g, store)) for e, g in pairs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return pairs
+
+
+def test_passthrough_drops_a_sent_tensor_before_the_send_completes():
+    (sender, g0), (receiver, g1) = _pair()
+    for seq in range(20):  # before the fix, most sends lost this race on an idle machine
+        received = torch.zeros(64)
+        recv = receiver.submit(CommRequest(CommOp.RECV, g1, inputs=[], outputs=[received], peer=0, seq=seq))
+        sent = torch.full((64,), float(seq))
+        storage = weakref.ref(sent.untyped_storage())
+        send = sender.submit(CommRequest(CommOp.SEND, g0, inputs=[sent], outputs=[], peer=1, seq=seq))
+        del sent  # the script keeps only the work, as Schedule1F1B does with its last gradient send
+        send.wait()
+        assert storage() is None, f"send {seq}: the engine still held the sent tensor when the script woke"
+        recv.wait()
+        assert received.eq(float(seq)).all()
+    for engine in (sender, receiver):
+        engine.shutdown()
