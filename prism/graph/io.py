@@ -22,7 +22,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -253,34 +255,7 @@ def _check_version(version: int, path: Path, remedy: str) -> None:
         )
 
 
-def verify_graph(directory: str | os.PathLike[str]) -> None:
-    """Check a graph directory without parsing its nodes: the manifest reads, and every rank file
-    it lists is there with its sha256. Cheap enough to run before starting any process that will
-    read the graph, so a damaged file stops a command at once, named, not in a worker later."""
-    root = Path(directory)
-    if not root.is_dir():
-        raise RunDirError(f"{root}: graph directory does not exist")
-    manifest_path = root / MANIFEST_NAME
-    manifest = pb.Manifest()
-    _parse(manifest, _read(manifest_path, "the graph manifest"), manifest_path)
-    _check_version(manifest.schema_version, manifest_path)
-    for ref in manifest.rank_files:
-        path = root / Path(ref.file_name).name
-        data = _read(path, f"rank {ref.rank}'s file (listed in {MANIFEST_NAME})")
-        if _sha256(data) != ref.sha256:
-            raise RunDirError(
-                f"{path}: sha256 {_sha256(data)[:16]}… does not match {MANIFEST_NAME} "
-                f"({ref.sha256[:16]}…); the file is corrupt or was replaced"
-            )
-
-
-def read_graph(directory: str | os.PathLike[str], *, expand: bool = True) -> Graph:
-    """Read a graph written by :func:`write_graph`, verifying versions and checksums.
-
-    A DP-templated graph comes back expanded into every rank's node list (``expand=False``: as
-    stored, template ranks only, with ``Graph.templates``)."""
-    root = Path(directory)
-    remedy = _remedy(root)
+def _verified_manifest(root: Path, remedy: str) -> pb.Manifest:
     if not root.is_dir():
         raise RunDirError(f"{root}: graph directory does not exist")
     manifest_path = root / MANIFEST_NAME
@@ -291,13 +266,15 @@ def read_graph(directory: str | os.PathLike[str], *, expand: bool = True) -> Gra
     if got != manifest.sha256:
         raise IntegrityError(manifest_path, f"sha256 mismatch: the manifest hashes to {got}, it says "
                              f"{manifest.sha256 or 'nothing'} (the file was modified or corrupted)", remedy)
+    return manifest
 
-    nodes: dict[int, tuple[Node, ...]] = {}
-    summaries: dict[int, RankSummary] = {}
+
+def _verified_rank_files(root: Path, manifest: pb.Manifest, remedy: str) -> Iterator[tuple[Any, Path, bytes]]:
+    """Each rank file's manifest entry, path and bytes, checked against the manifest."""
     for ref in manifest.rank_files:
         path = root / ref.file_name
         if Path(ref.file_name).name != ref.file_name:
-            raise RunDirError(f"{manifest_path}: rank {ref.rank} file name {ref.file_name!r} is not plain")
+            raise RunDirError(f"{root / MANIFEST_NAME}: rank {ref.rank} file name {ref.file_name!r} is not plain")
         data = _read(path, f"rank {ref.rank}'s file (listed in {MANIFEST_NAME})", remedy)
         if len(data) < ref.size_bytes:
             raise IntegrityError(path, f"truncated ({len(data)} of {ref.size_bytes} bytes)", remedy)
@@ -305,6 +282,31 @@ def read_graph(directory: str | os.PathLike[str], *, expand: bool = True) -> Gra
             raise IntegrityError(
                 path, f"sha256 {_sha256(data)} does not match {MANIFEST_NAME} "
                 f"({ref.sha256}); the file is corrupt or was replaced", remedy)
+        yield ref, path, data
+
+
+def verify_graph(directory: str | os.PathLike[str]) -> None:
+    """Check a graph directory without parsing its nodes: the manifest reads, and every rank file
+    it lists is there with its size and sha256. Cheap enough to run before starting any process
+    that will read the graph, so a damaged file stops a command at once, named, not in a worker."""
+    root = Path(directory)
+    remedy = _remedy(root)
+    for _ in _verified_rank_files(root, _verified_manifest(root, remedy), remedy):
+        pass
+
+
+def read_graph(directory: str | os.PathLike[str], *, expand: bool = True) -> Graph:
+    """Read a graph written by :func:`write_graph`, verifying versions and checksums.
+
+    A DP-templated graph comes back expanded into every rank's node list (``expand=False``: as
+    stored, template ranks only, with ``Graph.templates``)."""
+    root = Path(directory)
+    remedy = _remedy(root)
+    manifest_path = root / MANIFEST_NAME
+    manifest = _verified_manifest(root, remedy)
+    nodes: dict[int, tuple[Node, ...]] = {}
+    summaries: dict[int, RankSummary] = {}
+    for ref, path, data in _verified_rank_files(root, manifest, remedy):
         rank_file = pb.RankFile()
         _parse(rank_file, data, path, remedy)
         _check_version(rank_file.schema_version, path, remedy)
