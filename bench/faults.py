@@ -20,8 +20,7 @@ Measured per case:
   hidden temporary directories left by a killed writer (never read; removed by the next run).
 
 A case passes when it stops within 10 s, names the part and the cause, and leaves no process and
-nothing half-written. Payload/pruned-record corruption rows are marked ``checksum_pending``: they
-show today's behaviour until payload checksums are verified on read (issue 12, part 2).
+nothing half-written.
 
 The disk-full case mounts a small tmpfs (needs root, or a user+mount namespace); otherwise it caps
 the file size with RLIMIT_FSIZE, and says which in ``disk``.
@@ -78,7 +77,6 @@ class Outcome:
     half_written: list[str] = field(default_factory=list)
     stale_temps: list[str] = field(default_factory=list)
     note: str = ""
-    checksum_pending: bool = False
     passed: bool = False
 
 
@@ -335,7 +333,6 @@ def damaged_run(work: Path, name: str, base: Path, target: str, how: str) -> Out
     """Copy the base run, damage one file, emulate (or collect from it) and measure."""
     run = work / name
     shutil.copytree(base, run, ignore=shutil.ignore_patterns("emulations"))
-    pending = target in ("payload", "pruned record")
     if target == "graph rank file":
         path = run / "graph/bare/rank-00002.pb"
     elif target == "manifest":
@@ -350,7 +347,7 @@ def damaged_run(work: Path, name: str, base: Path, target: str, how: str) -> Out
     startup = cli_startup_s(work)
     rel = str(path.relative_to(run))
     o = Outcome(name, "collect --comm-inputs recorded" if target == "payload" else "emulate",
-                f"{how} {target} ({rel})", checksum_pending=pending)
+                f"{how} {target} ({rel})")
     t0 = time.monotonic()
     if target == "payload":
         job = write_job(work, name, steps=3, extra={"comm_inputs": {"source": "recorded", "run": str(run)}})
@@ -507,12 +504,15 @@ def render_table(data: dict) -> str:
     for c in data["cases"]:
         first = (c["message"].splitlines() or [""])[0].replace("|", "\\|")
         first = first if len(first) <= 110 else first[:107] + "..."
-        mark = " (checksum pending)" if c["checksum_pending"] else ""
         left = str(len(c["left_processes"])) if c["left_processes"] else "none"
         half = ", ".join(c["half_written"]) or "none"
         if c["stale_temps"]:
             half += f" (stale temp: {', '.join(c['stale_temps'])})"
-        rows.append(f"| {c['name']}{mark} | {c['command']} | {c['fault']} | {c['stop_s']} | {c['exit_code']} | "
+        stop = str(c["stop_s"])
+        if c.get("wall_s") is not None:
+            stop += f" ({c['wall_s']} − {c['cli_startup_s']} startup" + \
+                (", no process started)" if c.get("workers_started") is False else ")")
+        rows.append(f"| {c['name']} | {c['command']} | {c['fault']} | {stop} | {c['exit_code']} | "
                     f"{yes(c['names_part'])} / {yes(c['names_cause'])} | {left} | {half} | `{first}` |")
     return "\n".join(rows)
 

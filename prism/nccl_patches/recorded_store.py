@@ -61,6 +61,7 @@ __all__ = [
     "record_sha256",
     "tensors_sha256",
     "write_index",
+    "check_files",
     "read_index",
     "write_capture",
     "RecordedStore",
@@ -236,6 +237,24 @@ def read_index(directory: str | Path) -> dict[str, dict]:
     directory = Path(directory)
     return load_checked(directory / "index.json", what="the index of the recorded data",
                         remedy=_pruned_remedy(directory))
+
+
+def check_files(directory: str | Path) -> int:
+    """Every file ``index.json`` lists is there with its size (a stat each; contents are verified
+    when read). Run before any process starts, so a missing or cut file stops a command at once.
+    Returns the number of files."""
+    directory = Path(directory)
+    index = read_index(directory)
+    for entry in index.values():
+        path = directory / entry["file"]
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise IntegrityError(path, "missing (listed in index.json)", _pruned_remedy(directory)) from None
+        if size != entry["bytes"]:
+            raise IntegrityError(path, f"truncated or replaced ({size} of {entry['bytes']} bytes)",
+                                 _pruned_remedy(directory))
+    return len(index)
 
 
 class RecordedStore:

@@ -36,7 +36,7 @@ from prism.core.supervise import Supervisor, package_env
 from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, with_ooms
 from prism.graph.io import read_graph, verify_graph
 from prism.nccl_patches.algorithms import policy_from_env
-from prism.nccl_patches.recorded_store import derive_from_capture, read_index, recorded_dir
+from prism.nccl_patches.recorded_store import check_files, derive_from_capture, recorded_dir
 from prism.nccl_patches.restrict_store import derive_subset, find_superset_dir
 
 from .replayer import REPLAYER_MODULE, ReplayerSpec, replayer_result_path
@@ -200,7 +200,7 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
         raise RunDirError(f"{recorded}: no recorded data for sandbox ranks {list(ranks)} or a set that contains "
                           f"them; collect with values.ranks: {','.join(map(str, ranks))} (or derive it from a "
                           f"capture run)")
-    read_index(recorded)  # an unfinished or damaged set stops here, before any process starts
+    check_files(recorded)  # an unfinished or damaged set stops here, before any process starts
     out = (Path(options.out_dir) if options.out_dir else
            run.root / "emulations" / time.strftime("%Y%m%d-%H%M%S") / f"ranks-{'_'.join(map(str, ranks))}")
     out.mkdir(parents=True, exist_ok=True)

@@ -61,3 +61,21 @@ def test_collector_entry_point_records_the_values_ranks_of_the_group(tmp_path):
     rec = load_recorded(recorded_dir(tmp_path, {2, 5}), key)
     assert rec.algo is Algo.P2P and (rec.root, rec.peer) == (1, 0) and torch.equal(rec.outputs[0], msg)
     assert set(write_index(directory)) == set(keys)
+
+
+def test_check_files_names_a_missing_or_cut_file_before_anything_reads_it(tmp_path):
+    from prism.core.errors import IntegrityError
+    from prism.nccl_patches.recorded_store import check_files
+
+    inputs = [torch.arange(12, dtype=torch.float32) + r for r in range(4)]
+    for seq in (1, 2):
+        save_recorded(tmp_path, collective_key("0", seq, 0), record_for_sandbox(inputs, Algo.RING_ALL_REDUCE, "sum", [1]))
+    write_index(tmp_path)
+    assert check_files(tmp_path) == 2
+    first, second = sorted(tmp_path.glob("c/0/*.safetensors"))
+    second.write_bytes(second.read_bytes()[:-8])
+    with pytest.raises(IntegrityError, match=rf"{second.name}: truncated or replaced .*re-run"):
+        check_files(tmp_path)
+    first.unlink()
+    with pytest.raises(IntegrityError, match=rf"{first.name}: missing \(listed in index.json\)"):
+        check_files(tmp_path)
