@@ -513,7 +513,8 @@ def render_table(data: dict) -> str:
             stop += f" ({c['wall_s']} − {c['cli_startup_s']} startup" + \
                 (", no process started)" if c.get("workers_started") is False else ")")
         rows.append(f"| {c['name']} | {c['command']} | {c['fault']} | {stop} | {c['exit_code']} | "
-                    f"{yes(c['names_part'])} / {yes(c['names_cause'])} | {left} | {half} | `{first}` |")
+                    f"{yes(c['names_part'])} / {yes(c['names_cause'])} | {left} | {half} | "
+                    + (f"`{first}` |" if first else "(nothing: the CLI was killed) |"))
     return "\n".join(rows)
 
 

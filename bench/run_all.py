@@ -20,6 +20,7 @@ BENCHMARKS = [
     ("vrank_scale.py", ["--repeats", "3"], "--out"),
     ("collect_templates.py", ["--compare-full"], "--json"),
     ("validate_models.py", [], "--out"),
+    ("faults.py", [], "--out"),  # the disk-full case mounts a tmpfs as root, else RLIMIT_FSIZE
     ("integrity_cost.py", [], "--out"),
     ("emulate_fidelity.py", [], "--out"),  # the timing target needs ≥ 16 cores (docs/emulate.md)
 ]
