@@ -245,15 +245,16 @@ def check_files(directory: str | Path) -> int:
     Returns the number of files."""
     directory = Path(directory)
     index = read_index(directory)
-    for entry in index.values():
+    for key, entry in index.items():
         path = directory / entry["file"]
         try:
             size = path.stat().st_size
         except FileNotFoundError:
-            raise IntegrityError(path, "missing (listed in index.json)", _pruned_remedy(directory)) from None
+            raise IntegrityError(path, f"recorded data of {key} is missing (listed in index.json)",
+                                 _pruned_remedy(directory)) from None
         if size != entry["bytes"]:
-            raise IntegrityError(path, f"truncated or replaced ({size} of {entry['bytes']} bytes)",
-                                 _pruned_remedy(directory))
+            raise IntegrityError(path, f"recorded data of {key} is truncated or replaced ({size} of "
+                                 f"{entry['bytes']} bytes)", _pruned_remedy(directory))
     return len(index)
 
 

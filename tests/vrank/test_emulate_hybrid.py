@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from prism.core.errors import RankFailedError
+from prism.core.errors import IntegrityError, RankFailedError
 from prism.core.rundir import RunDir
 from prism.nccl_patches.recorded_store import recorded_dir
 from prism.vrank_replayer import EmulateOptions, capture_job, emulate
@@ -71,10 +71,11 @@ def test_missing_recorded_data_stops_the_emulation_with_the_op_named(hybrid_run,
     shutil.copytree(recorded_dir(run, SANDBOX), broken)
     victim = broken / "c" / "5" / "3.0.safetensors"  # dp group of rank 2, 4th all-gather
     victim.unlink()
-    with pytest.raises(RankFailedError) as e:
+    with pytest.raises(IntegrityError) as e:
         emulate(run, EmulateOptions(ranks=SANDBOX, recorded_dir=str(broken), timeout_s=120))
-    # The record is listed in index.json, so its absence is damage: the file and the op's key are named.
-    assert f"{victim}: recorded data of c/5/3/0 is missing (listed in index.json)" in e.value.traceback_text
+    # The record is listed in index.json, so its absence is damage: the file and the op's key are
+    # named, before any process starts (recorded_store.check_files).
+    assert f"{victim}: recorded data of c/5/3/0 is missing (listed in index.json)" in str(e.value)
 
 
 def test_a_flipped_byte_in_recorded_data_stops_the_emulation_naming_the_file(hybrid_run, tmp_path):
