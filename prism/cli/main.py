@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         err.print(e.traceback_text.rstrip(), markup=False, highlight=False)
         return 1
     except PrismError as e:
-        err.print(f"[bold red]error:[/] {e}", markup=True, highlight=False)
+        err.print(f"[bold red]error:[/] {e}", markup=True, highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         err.print("interrupted")

@@ -24,6 +24,7 @@ import torch.distributed as dist
 from prism.core.config import JobConfig
 from prism.core.supervise import Supervisor, package_env
 from prism.core.errors import RankFailedError
+from prism.core.hangwatch import HangWatcher
 from prism.core.workerspec import (WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, record_path,
                                    with_ooms)
 from prism.graph.records import Graph, RankRecord, merge_groups
@@ -118,21 +119,35 @@ def launch_ranks(
             path.write_text(spec.to_json())
             sup.start(rank, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)], env)
 
-    def on_done(_rank: int) -> None:
+    # The ranks of a real run publish their ops to the store; the watcher stops a mismatch or a
+    # deadlock at once and explains a timeout (prism.core.hangwatch).
+    watcher = HangWatcher(store, ranks, timeout_s=options.timeout_s) if store is not None else None
+
+    def on_done(rank: int) -> None:
         nonlocal finished
         finished += 1
+        if watcher is not None:
+            watcher.rank_finished(rank)
         if on_progress:
             on_progress(finished, len(ranks))
+
+    def tick(sup: Supervisor) -> None:
+        start_more(sup)
+        if watcher is not None:
+            watcher.tick()
 
     with Supervisor(error_dir=work, log_dir=log_dir) as sup:
         start_more(sup)
         try:
-            sup.wait_all(timeout_s=options.timeout_s, on_done=on_done, tick=lambda: start_more(sup))
+            sup.wait_all(timeout_s=options.timeout_s, on_done=on_done, tick=lambda: tick(sup))
         except RankFailedError as e:
             oom = with_ooms(e, work)
-            if oom is e:
+            if oom is not e:
+                raise oom from e
+            explained = watcher.explain_failure(e) if watcher is not None else e
+            if explained is e:
                 raise
-            raise oom from e
+            raise explained from e
     del store
     records = []
     for rank in ranks:

@@ -160,6 +160,10 @@ class Recorder:
             token = len(self._nodes) - 1
         return token
 
+    def comm_node(self, token: int) -> dict:
+        """The fields recorded for the comm op ``token`` (read by the hang watcher's publisher)."""
+        return self._nodes[token]
+
     def on_complete(self, token: int) -> None:
         end = self._now()
         with self._lock:

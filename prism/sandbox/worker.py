@@ -22,6 +22,8 @@ from prism.core.atomic import atomic_write_bytes, atomic_write_text
 from prism.core.workerspec import WorkerSpec, error_path, oom_path, record_path
 from prism.graph.records import RankRecord
 
+from . import backend as pg_backend
+from . import opwatch
 from .engines.base import ENGINE_NAMES, CommEngine
 from .memory import MemoryMeter
 from .profiling import RankProfiler
@@ -99,6 +101,7 @@ def run_rank(spec: WorkerSpec) -> RankRecord:
     if spec.observe_other_groups:
         _observe_other_groups(sandbox.recorder)
     recorder = sandbox.recorder
+    publisher = _publisher(spec, recorder)
     meter = MemoryMeter(spec.shim.device, cap_bytes=spec.memory_cap_bytes, rank=spec.shim.rank,
                         device_index=spec.shim.local_rank, current_step=lambda: recorder.current_step)
     profiler = (RankProfiler(spec.profile_dir, rank=spec.shim.rank, world_size=spec.shim.world_size,
@@ -106,7 +109,11 @@ def run_rank(spec: WorkerSpec) -> RankRecord:
     try:
         with meter.measuring(), profiler or contextlib.nullcontext():
             run_entrypoint(spec.entrypoint, spec.args, cwd=spec.cwd)
+        if publisher is not None:
+            publisher.close(finished=True)
     except BaseException as e:
+        if publisher is not None:
+            publisher.close(finished=False)
         # Leave what this rank knows before its engine shuts down: closing its connections makes
         # peers fail, and the first failure stops every process of the run.
         try:
@@ -120,6 +127,17 @@ def run_rank(spec: WorkerSpec) -> RankRecord:
     if profiler is not None:
         profiler.export(record)
     return record
+
+
+def _publisher(spec: WorkerSpec, recorder):
+    """Publish every comm op to the launcher's store for its hang watcher, when the ranks meet in
+    one (``passthrough`` and ``live``; collect's coordinator watches by itself)."""
+    if not spec.shim.store_addr or spec.engine not in ("passthrough", "live") or not opwatch.enabled():
+        return None
+    publisher = opwatch.OpPublisher(spec.shim.store_addr, spec.shim.rank, recorder.comm_node,
+                                    clock_origin_ns=recorder.clock_origin_ns, timeout_s=spec.shim.timeout_s)
+    pg_backend.get_context().watch = publisher
+    return publisher
 
 
 def _leave_failure(spec: WorkerSpec, error: BaseException, meter: MemoryMeter, recorder,

@@ -29,6 +29,7 @@ import torch.distributed as dist
 
 from prism.core.config import JobConfig
 from prism.core.errors import PrismError, RankFailedError, RunDirError
+from prism.core.hangwatch import HangWatcher
 from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
 from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, with_ooms
@@ -155,17 +156,25 @@ def _start_store(timeout_s: float) -> tuple[dist.TCPStore, str]:
     return store, f"127.0.0.1:{store.port}"
 
 
-def _supervise(out_dir: Path, world_size: int, starts: list[tuple[int, list[str]]], timeout_s: float) -> None:
+def _supervise(out_dir: Path, world_size: int, starts: list[tuple[int, list[str]]], timeout_s: float,
+               store: dist.TCPStore) -> None:
     env = package_env()
+    # The sandbox ranks publish their ops to the store: ranks that disagree on an op stop the run at
+    # once, a timeout names every sandbox rank's pending op (prism.core.hangwatch). Replayers
+    # (keys >= world_size) walk the graph and publish nothing.
+    watcher = HangWatcher(store, [key for key, _ in starts if key < world_size], timeout_s=timeout_s)
     with Supervisor(error_dir=out_dir, log_dir=out_dir / "logs") as sup:
         for key, argv in starts:
             sup.start(key, argv, env)
         try:
-            sup.wait_all(timeout_s=timeout_s)
+            sup.wait_all(timeout_s=timeout_s, on_done=watcher.rank_finished, tick=watcher.tick)
         except RankFailedError as e:
             oom = with_ooms(e, out_dir)  # a peer (or a replayer) may fail first on its lost connection
             if oom is not e:
                 raise oom from e
+            explained = watcher.explain_failure(e)
+            if explained is not e:
+                raise explained from e
             if e.rank >= world_size:  # a replayer: its error text says which
                 raise RankFailedError(e.rank, e.traceback_text, exit_code=e.exit_code) from None
             raise
@@ -213,7 +222,7 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
         path = out / f"replayer-{i:03d}.spec.json"
         path.write_text(spec.to_json())
         starts.append((job.world_size + i, [sys.executable, "-m", REPLAYER_MODULE, "--spec", str(path)]))
-    _supervise(out, job.world_size, starts, options.timeout_s)
+    _supervise(out, job.world_size, starts, options.timeout_s, store)
     wall = time.time() - launched
     del store
     return _collect_results(out, job.world_size, ranks, options.num_replayers, launched, wall, kind)
@@ -293,7 +302,7 @@ def capture_job(job: JobConfig, run_dir: str | Path, *, derive_for: tuple[int, .
         path.write_text(_worker_spec(job, r, present=everyone, store_addr=addr, out_dir=out, timeout_s=timeout_s,
                                      engine_options=opts, origin_ns=origin).to_json())
         starts.append((r, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)]))
-    _supervise(out, job.world_size, starts, timeout_s)
+    _supervise(out, job.world_size, starts, timeout_s, store)
     del store
     if derive_for:
         derive_from_capture(run.root, capture, derive_for, tree_all_reduce=policy_from_env(job.env).tree_all_reduce)

@@ -1,0 +1,263 @@
+"""Hangs that explain themselves: the launcher's watcher over the comm ops every rank publishes.
+
+Each rank worker (``prism.sandbox.opwatch``) pushes, every ~0.1 s, the ops it issued and completed
+since the last push to a queue of the launcher's store (one queue per rank, :func:`queue_key`).
+The launcher's :class:`HangWatcher` drains those queues from its supervision loop and
+
+* compares the *fingerprint* of every collective instance (group, seq) and every message
+  (group, src>dst, seq) across the ranks that issued it — like PyTorch's
+  ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` collective fingerprint check: a disagreement stops the run at
+  once (:class:`~prism.core.errors.MismatchError`) naming the op, the shapes and the disagreeing
+  ranks;
+* notices a rank that finished without issuing an op its peers wait in (a deadlock);
+* on the run's timeout, stops it with every rank's pending op (:class:`~prism.core.errors.HangError`).
+
+Lines of the protocol (tab-separated, one op per line, several lines per queue item):
+
+``G <gid> <ranks>``                      a group's members (rank ranges), before its first op
+``O <token> <key> <members> <fp> <issue_ns> <detail>``   an issued op; ``members`` is ``g:<gid>`` for
+                                        a collective, ``p:<src>,<dst>`` for a message; ``fp`` is what
+                                        every member must agree on; ``issue_ns`` is on the host's
+                                        monotonic clock (``time.perf_counter_ns``)
+``C <token> <token> ...``                ops that completed
+``F``                                   the rank's program ended successfully (it issues nothing more)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .errors import HangError, MismatchError, PrismError, RankFailedError
+from .ranks import format_rank_ranges, parse_rank_ranges
+
+__all__ = ["HangWatcher", "queue_key", "KEY_PREFIX"]
+
+log = logging.getLogger(__name__)
+
+KEY_PREFIX = "prism/opwatch/"
+_MAX_PENDING_SHOWN = 4
+_MAX_INSTANCES_SHOWN = 8
+
+
+def queue_key(rank: int) -> str:
+    """The store queue a rank pushes its op lines to."""
+    return f"{KEY_PREFIX}{rank}"
+
+
+@dataclass(slots=True)
+class _Op:
+    rank: int
+    detail: str
+    issue_ns: int
+
+
+@dataclass(slots=True)
+class _Instance:
+    """One collective instance or message, as far as the ranks have issued it."""
+
+    expected: frozenset[int]
+    by_fp: dict[str, list[_Op]] = field(default_factory=dict)
+
+    def seen(self) -> set[int]:
+        return {op.rank for ops in self.by_fp.values() for op in ops}
+
+
+@dataclass(slots=True)
+class _Rank:
+    pending: dict[int, _Op] = field(default_factory=dict)
+    last: _Op | None = None
+    num_issued: int = 0
+    finished: bool = False
+
+
+class HangWatcher:
+    """Watches the ops of ``ranks`` through ``store`` (any c10d store with queues: the launcher's
+    TCPStore). Call :meth:`tick` from the supervision loop; it raises when the run must stop."""
+
+    def __init__(self, store, ranks: Iterable[int], *, timeout_s: float, poll_s: float = 0.2,
+                 timeout_hint: str = "--timeout") -> None:
+        self._store = store
+        self._ranks = {r: _Rank() for r in ranks}
+        self._groups: dict[str, frozenset[int]] = {}
+        self._instances: dict[str, _Instance] = {}
+        self._timeout_s = timeout_s
+        self._timeout_hint = timeout_hint
+        self._poll_s = poll_s
+        self._started = time.monotonic()
+        self._deadline = self._started + timeout_s
+        self._next_poll = 0.0
+        self._lost = False
+        self._mismatched: list[str] = []
+        self._deadlocked: list[str] = []
+
+    # -- the supervision loop's side ----------------------------------------------------------------
+    def tick(self) -> None:
+        """Read what the ranks published (at most every ``poll_s``); raise MismatchError on a
+        disagreement or a rank that finished without an op its peers wait in, HangError on timeout."""
+        now = time.monotonic()
+        if now >= self._next_poll:
+            self._next_poll = now + self._poll_s
+            self.poll()
+        if time.monotonic() > self._deadline:
+            raise HangError(f"timed out after {self._timeout_s:.0f} s ({self._timeout_hint}); "
+                            f"{self._still_running()}\n{self.report()}")
+
+    def rank_finished(self, rank: int) -> None:
+        """The rank's process exited successfully: every op it will ever issue is published."""
+        if rank not in self._ranks:
+            return
+        self._ranks[rank].finished = True
+        self._deadlocked.extend(self._instances)
+        self.poll()
+
+    def explain_failure(self, error: RankFailedError) -> PrismError:
+        """The error to show for a failed rank: a mismatch or deadlock among the published ops if
+        there is one (a peer often fails first on a lost connection), else ``error`` itself."""
+        try:
+            self.poll()
+        except MismatchError as cause:
+            lines = error.traceback_text.strip().splitlines()
+            return MismatchError(f"{cause}\n(then rank {error.rank} failed: {lines[-1] if lines else 'exited'})")
+        return error
+
+    def poll(self) -> None:
+        """Read every rank's queue, then raise MismatchError if ranks disagree or a finished rank
+        never issued an op its peers wait in."""
+        for rank in self._ranks:
+            self._drain(rank)
+        if self._mismatched:
+            raise MismatchError(self._mismatch_text(self._mismatched[0]))
+        for key in self._deadlocked:
+            inst = self._instances.get(key)
+            gone = sorted(r for r in inst.expected - inst.seen() if self._ranks[r].finished) if inst else ()
+            if gone:
+                op = next(iter(inst.by_fp.values()))[0]
+                seen = sorted(inst.seen())
+                raise MismatchError(
+                    f"deadlock: rank{'s' if len(gone) > 1 else ''} {format_rank_ranges(gone)} finished without "
+                    f"issuing {op.detail}, which rank{'s' if len(seen) > 1 else ''} {format_rank_ranges(seen)} "
+                    f"wait{'' if len(seen) > 1 else 's'} in\n{self.report()}")
+        self._deadlocked.clear()
+
+    # -- reading the queues -------------------------------------------------------------------------
+    def _drain(self, rank: int) -> None:
+        if self._lost:
+            return
+        key = queue_key(rank)
+        try:
+            n = self._store.queue_len(key)
+            items = [self._store.queue_pop(key, False) for _ in range(n)]
+        except Exception:  # noqa: BLE001 - the store went away: the supervisor reports the cause
+            log.debug("hang watcher: store unreachable", exc_info=True)
+            self._lost = True
+            return
+        for item in items:
+            for line in (item.decode() if isinstance(item, bytes) else item).splitlines():
+                self._on_line(rank, line)
+
+    def _on_line(self, rank: int, line: str) -> None:
+        kind, _, rest = line.partition("\t")
+        state = self._ranks[rank]
+        if kind == "G":
+            gid, ranks = rest.split("\t")
+            self._groups[gid] = frozenset(parse_rank_ranges(ranks)) & self._ranks.keys()
+        elif kind == "C":
+            for tok in rest.split():
+                state.pending.pop(int(tok), None)
+        elif kind == "F":
+            state.finished = True
+            self._deadlocked.extend(self._instances)
+        elif kind == "O":
+            tok, key, members, fp, issue_ns, detail = rest.split("\t", 5)
+            op = _Op(rank, detail, int(issue_ns))
+            state.pending[int(tok)] = op
+            state.last = op
+            state.num_issued += 1
+            self._on_op(key, members, fp, op)
+        else:
+            log.debug("hang watcher: unknown line from rank %d: %r", rank, line)
+
+    def _expected(self, members: str) -> frozenset[int]:
+        """The watched members of an op: its group's (cached per group), or a message's two ends."""
+        kind, _, what = members.partition(":")
+        if kind == "p":
+            return frozenset(int(r) for r in what.split(",")) & self._ranks.keys()
+        return self._groups.get(what, frozenset())
+
+    def _on_op(self, key: str, members: str, fp: str, op: _Op) -> None:
+        inst = self._instances.get(key)
+        if inst is None:
+            inst = self._instances[key] = _Instance(self._expected(members))
+        inst.by_fp.setdefault(fp, []).append(op)
+        if len(inst.by_fp) > 1:
+            if key not in self._mismatched:
+                self._mismatched.append(key)
+        elif inst.seen() >= inst.expected:
+            del self._instances[key]
+        elif any(self._ranks[r].finished for r in inst.expected):
+            self._deadlocked.append(key)
+
+    # -- reports --------------------------------------------------------------------------------------
+    def _mismatch_text(self, key: str) -> str:
+        inst = self._instances[key]
+        variants = sorted(inst.by_fp.values(), key=len, reverse=True)
+        latest = max(op.issue_ns for ops in variants for op in ops)
+        after = (time.perf_counter_ns() - latest) / 1e9
+        head = variants[0]
+        lines = [f"collective mismatch at {_key_text(key)}:"]
+        for ops in variants[1:]:
+            for op in ops:
+                lines.append(f"  rank {op.rank} issued {op.detail}")
+        lines.append(f"  while rank{'s' if len(head) > 1 else ''} {format_rank_ranges(sorted(o.rank for o in head))} "
+                     f"issued {head[0].detail}")
+        lines.append(f"(detected {after:.1f} s after the last of them was issued)")
+        lines.append(self.report())
+        return "\n".join(lines)
+
+    def _still_running(self) -> str:
+        running = [r for r, s in sorted(self._ranks.items()) if not s.finished]
+        return f"ranks still running: {format_rank_ranges(running)}" if running else "every rank finished"
+
+    def report(self) -> str:
+        """Every rank's pending ops (oldest first), and the instances some member has not issued."""
+        now = time.perf_counter_ns()
+        lines = ["where every rank is:"]
+        for rank, s in sorted(self._ranks.items()):
+            if s.pending:
+                ops = sorted(s.pending.values(), key=lambda o: o.issue_ns)
+                shown = "; ".join(f"{o.detail} (issued {(now - o.issue_ns) / 1e9:.1f} s ago)"
+                                  for o in ops[:_MAX_PENDING_SHOWN])
+                more = f" (+{len(ops) - _MAX_PENDING_SHOWN} more)" if len(ops) > _MAX_PENDING_SHOWN else ""
+                lines.append(f"  rank {rank}: waits in {shown}{more}")
+            elif s.num_issued == 0:
+                lines.append(f"  rank {rank}: {'finished' if s.finished else 'running'}, no comm op issued yet")
+            else:
+                status = "finished" if s.finished else "no comm op pending"
+                lines.append(f"  rank {rank}: {status}; its last op {s.last.detail} (issued "
+                             f"{(now - s.last.issue_ns) / 1e9:.1f} s ago)")
+        missing = []
+        for key, inst in self._instances.items():
+            absent = sorted(inst.expected - inst.seen())
+            if absent:
+                op = next(iter(inst.by_fp.values()))[0]
+                missing.append(f"  {op.detail}: rank{'s' if len(inst.seen()) > 1 else ''} "
+                               f"{format_rank_ranges(sorted(inst.seen()))} issued it, "
+                               f"{format_rank_ranges(absent)} not yet")
+        if missing:
+            lines.append("ops not issued by every member:")
+            lines.extend(missing[:_MAX_INSTANCES_SHOWN])
+            if len(missing) > _MAX_INSTANCES_SHOWN:
+                lines.append(f"  (+{len(missing) - _MAX_INSTANCES_SHOWN} more)")
+        return "\n".join(lines)
+
+
+def _key_text(key: str) -> str:
+    """``0:5`` -> ``group 0 seq 5``; ``0:1>2:3`` -> ``group 0 message 1->2 seq 3``."""
+    parts = key.split(":")
+    if len(parts) == 3:
+        src, dst = parts[1].split(">")
+        return f"group {parts[0]} message {src}->{dst} seq {parts[2]}"
+    return f"group {parts[0]} seq {parts[1]}"

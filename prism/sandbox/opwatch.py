@@ -1,0 +1,171 @@
+"""Publish this rank's comm ops to the launcher's store, for its hang watcher (``prism.core.hangwatch``).
+
+The process group calls :meth:`OpPublisher.issued` and :meth:`OpPublisher.completed` on every op:
+each is one ``deque.append`` (well under a microsecond). A daemon thread wakes every
+``interval_s``, formats what arrived since (the op's fingerprint and description from the
+recorder's node: kind, group, seq, shapes, dtype, call site) and pushes it as one item to the rank's
+queue in the store, over its own connection. :meth:`OpPublisher.close` pushes the rest
+synchronously, so the launcher knows every op of a rank whose process has exited.
+
+``PRISM_OPWATCH=0`` in the environment turns publication off (to measure its cost).
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import logging
+import os
+import threading
+
+import torch.distributed as dist
+
+from prism.core.hangwatch import queue_key
+from prism.core.ranks import format_rank_ranges
+from prism.graph.records import CommOp
+
+from .engines.base import GroupHandle
+
+__all__ = ["OpPublisher", "enabled", "fingerprint", "describe"]
+
+log = logging.getLogger(__name__)
+
+_REDUCING = (CommOp.ALL_REDUCE, CommOp.REDUCE)
+_ROOTED = (CommOp.BROADCAST, CommOp.REDUCE, CommOp.GATHER, CommOp.SCATTER)
+
+
+def enabled() -> bool:
+    return os.environ.get("PRISM_OPWATCH", "1") != "0"
+
+
+def _shapes(shapes) -> str:
+    return " ".join(str(tuple(s)) for s in shapes) or "-"
+
+
+def fingerprint(node: dict) -> str:
+    """What every member of the op must agree on (PyTorch's DETAIL check compares the same: op,
+    dtype, shapes). All-gather compares the gathered shapes (inputs may be uneven), reduce-scatter
+    its inputs; all-to-all's splits and gather/scatter's non-root sides legitimately differ."""
+    op: CommOp = node["op"]
+    dtype = node.get("dtype", "")
+    if op is CommOp.BARRIER:
+        return op.value
+    if op in (CommOp.SEND, CommOp.RECV):
+        return f"{dtype} {_shapes(node['shapes'])}"
+    parts = [op.value, node.get("reduce_op", "") if op in (*_REDUCING, CommOp.REDUCE_SCATTER) else ""]
+    if op in _ROOTED:
+        parts.append(f"root {node.get('peer', -1)}")
+    parts.append(dtype)
+    if op in (CommOp.ALL_REDUCE, CommOp.BROADCAST, CommOp.REDUCE, CommOp.REDUCE_SCATTER):
+        parts.append(_shapes(node["shapes"]))
+    elif op is CommOp.ALL_GATHER:
+        parts.append(_shapes(node.get("out_shapes", node["shapes"])))
+    return " ".join(p for p in parts if p)
+
+
+def describe(node: dict) -> str:
+    """``all_reduce sum on group 0 seq 1 f32 (5,) at train.py:9`` (like ``prism collect``'s reports)."""
+    op: CommOp = node["op"]
+    red = f" {node['reduce_op']}" if node.get("reduce_op") else ""
+    gid, seq, peer = node["group_id"], node["seq"], node.get("peer", -1)
+    if op is CommOp.SEND:
+        where = f" to rank {peer} on group {gid} seq {seq}"
+    elif op is CommOp.RECV:
+        where = f" from rank {peer} on group {gid} seq {seq}"
+    else:
+        root = f" root {peer}" if op in _ROOTED and peer >= 0 else ""
+        where = f" on group {gid} seq {seq}{root}"
+    dtype = node.get("dtype", "")
+    detail = f" {dtype} {_shapes(node['shapes'])}" if dtype else ""
+    out = node.get("out_shapes")
+    if out is not None and op is not CommOp.ALL_TO_ALL:
+        detail += f" -> {_shapes(out)}"
+    return f"{op.value}{red}{where}{detail} at {node.get('call_site') or '?'}"
+
+
+class OpPublisher:
+    """One rank's publisher (see the module docstring). ``node_of(token)`` returns the recorder's
+    node fields of an issued op, whose ``start_ns`` counts from ``clock_origin_ns``."""
+
+    def __init__(self, store_addr: str, rank: int, node_of, *, clock_origin_ns: int, timeout_s: float,
+                 interval_s: float = 0.1) -> None:
+        self._addr = store_addr
+        self._rank = rank
+        self._node_of = node_of
+        self._origin_ns = clock_origin_ns
+        self._timeout_s = timeout_s
+        self._interval_s = interval_s
+        self._issued: collections.deque = collections.deque()
+        self._completed: collections.deque = collections.deque()
+        self._groups: set[str] = set()
+        self._store = None
+        self._broken = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"prism-opwatch-{rank}", daemon=True)
+        self._thread.start()
+
+    # -- hot path (any thread) --------------------------------------------------------------------
+    def issued(self, token: int, group: GroupHandle) -> None:
+        self._issued.append((token, group))
+
+    def completed(self, token: int) -> None:
+        self._completed.append(token)
+
+    # -- the publishing thread ----------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self.flush()
+
+    def flush(self) -> None:
+        """Push what arrived since the last push (one store item)."""
+        with self._lock:
+            if self._broken:
+                return
+            # Completions first: every token completed by now was issued before this point.
+            done = [self._completed.popleft() for _ in range(len(self._completed))]
+            issued = [self._issued.popleft() for _ in range(len(self._issued))]
+            if not done and not issued:
+                return
+            lines = [self._op_line(token, group) for token, group in issued]
+            finished = "F" in done
+            if finished:
+                done = [t for t in done if t != "F"]
+            if done:
+                lines.append("C\t" + " ".join(map(str, done)))
+            if finished:
+                lines.append("F")
+            try:
+                if self._store is None:
+                    host, _, port = self._addr.rpartition(":")
+                    self._store = dist.TCPStore(host, int(port), is_master=False, wait_for_workers=False,
+                                                timeout=datetime.timedelta(seconds=self._timeout_s))
+                self._store.queue_push(queue_key(self._rank), "\n".join(lines))
+            except Exception:  # noqa: BLE001 - the launcher is gone; nobody to tell
+                log.debug("rank %d: cannot publish ops to %s", self._rank, self._addr, exc_info=True)
+                self._broken = True
+
+    def _op_line(self, token: int, group: GroupHandle) -> str:
+        node = self._node_of(token)
+        gid = node["group_id"]
+        head = ""
+        if gid not in self._groups:
+            self._groups.add(gid)
+            head = f"G\t{gid}\t{format_rank_ranges(sorted(group.ranks))}\n"
+        op = node["op"]
+        if op in (CommOp.SEND, CommOp.RECV):
+            src, dst = (self._rank, node["peer"]) if op is CommOp.SEND else (node["peer"], self._rank)
+            key, members = f"{gid}:{src}>{dst}:{node['seq']}", f"p:{src},{dst}"
+        else:
+            key, members = f"{gid}:{node['seq']}", f"g:{gid}"
+        issue_ns = node.get("start_ns", 0) + self._origin_ns
+        return f"{head}O\t{token}\t{key}\t{members}\t{fingerprint(node)}\t{issue_ns}\t{describe(node)}"
+
+    def close(self, *, finished: bool) -> None:
+        """Push the rest and stop (the rank's program has ended; ``finished``: successfully, so it
+        will issue nothing more — a peer waiting for it waits forever)."""
+        self._stop.set()
+        self._thread.join(timeout=self._interval_s * 10)
+        if finished:
+            self._completed.append("F")
+        self.flush()
