@@ -24,6 +24,8 @@ from prism.vrank_replayer.calibrate_run import calibrate_run, ensure_recorded
 from prism.vrank_replayer.emulate_report import emulate_and_report
 from prism.vrank_replayer.fidelity import losses_bitwise_equal, losses_equal, rank_fidelity, step_errors
 
+from . import add_timeout_argument
+
 HELP = "record, calibrate and emulate a job, and compare with the real run and PyTorch's fake PG"
 
 
@@ -32,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", required=True, help="sandbox ranks, e.g. 2,5")
     p.add_argument("--out", default=None, help="run directory (default: ./validate-<job name>)")
     p.add_argument("--slice-size", type=int, default=2, help="ranks per calibration slice")
-    p.add_argument("--timeout", type=float, default=600.0)
+    add_timeout_argument(p, default_s=600.0, what="each run (record, capture, each calibration slice, emulate)")
     p.add_argument("--no-torch-fake", action="store_true", help="leave out the fake process group column")
     p.add_argument("--json", dest="json_out", default=None, help="write the comparison as JSON here")
 

@@ -102,7 +102,7 @@ class HangWatcher:
             self._next_poll = now + self._poll_s
             self.poll()
         if time.monotonic() > self._deadline:
-            raise HangError(f"timed out after {self._timeout_s:.0f} s ({self._timeout_hint}); "
+            raise HangError(f"timed out after {self._timeout_s:g} s ({self._timeout_hint}); "
                             f"{self._still_running()}\n{self.report()}")
 
     def rank_finished(self, rank: int) -> None:
