@@ -63,24 +63,25 @@ def fingerprint(node: dict) -> str:
     return " ".join(p for p in parts if p)
 
 
-def describe(node: dict) -> str:
-    """``all_reduce sum on group 0 seq 1 f32 (5,) at train.py:9`` (like ``prism collect``'s reports)."""
+def describe(node: dict) -> tuple[str, str]:
+    """The op's description around its seq: ``("all_reduce sum on group 0 seq ", " f32 (5,) at train.py:9")``
+    (the words of ``prism collect``'s reports)."""
     op: CommOp = node["op"]
     red = f" {node['reduce_op']}" if node.get("reduce_op") else ""
-    gid, seq, peer = node["group_id"], node["seq"], node.get("peer", -1)
+    gid, peer = node["group_id"], node.get("peer", -1)
     if op is CommOp.SEND:
-        where = f" to rank {peer} on group {gid} seq {seq}"
+        where = f" to rank {peer} on group {gid} seq "
     elif op is CommOp.RECV:
-        where = f" from rank {peer} on group {gid} seq {seq}"
+        where = f" from rank {peer} on group {gid} seq "
     else:
-        root = f" root {peer}" if op in _ROOTED and peer >= 0 else ""
-        where = f" on group {gid} seq {seq}{root}"
+        where = f" on group {gid} seq "
+    root = f" root {peer}" if op in _ROOTED and peer >= 0 else ""
     dtype = node.get("dtype", "")
     detail = f" {dtype} {_shapes(node['shapes'])}" if dtype else ""
     out = node.get("out_shapes")
     if out is not None and op is not CommOp.ALL_TO_ALL:
         detail += f" -> {_shapes(out)}"
-    return f"{op.value}{red}{where}{detail} at {node.get('call_site') or '?'}"
+    return f"{op.value}{red}{where}", f"{root}{detail} at {node.get('call_site') or '?'}"
 
 
 class OpPublisher:
@@ -98,6 +99,7 @@ class OpPublisher:
         self._issued: collections.deque = collections.deque()
         self._completed: collections.deque = collections.deque()
         self._groups: set[str] = set()
+        self._formats: dict[tuple, tuple[str, str, str, str]] = {}
         self._store = None
         self._broken = False
         self._lock = threading.Lock()
@@ -152,14 +154,28 @@ class OpPublisher:
         if gid not in self._groups:
             self._groups.add(gid)
             head = f"G\t{gid}\t{format_rank_ranges(sorted(group.ranks))}\n"
-        op = node["op"]
+        # A training loop issues the same few ops over and over: format each kind once.
+        kind = (node["op"], gid, node.get("reduce_op"), node.get("peer", -1), node.get("dtype"), node["shapes"],
+                node.get("out_shapes"), node.get("call_site"))
+        parts = self._formats.get(kind)
+        if parts is None:
+            if len(self._formats) > 10_000:
+                self._formats.clear()
+            parts = self._formats[kind] = self._format(node)
+        key_prefix, rest, before, after = parts
+        seq = node["seq"]
+        issue_ns = node.get("start_ns", 0) + self._origin_ns
+        return f"{head}O\t{token}\t{key_prefix}{seq}\t{rest}\t{issue_ns}\t{before}{seq}{after}"
+
+    def _format(self, node: dict) -> tuple[str, str, str, str]:
+        """(key without the seq, members and fingerprint, description before and after the seq)."""
+        op, gid = node["op"], node["group_id"]
         if op in (CommOp.SEND, CommOp.RECV):
             src, dst = (self._rank, node["peer"]) if op is CommOp.SEND else (node["peer"], self._rank)
-            key, members = f"{gid}:{src}>{dst}:{node['seq']}", f"p:{src},{dst}"
+            key_prefix, members = f"{gid}:{src}>{dst}:", f"p:{src},{dst}"
         else:
-            key, members = f"{gid}:{node['seq']}", f"g:{gid}"
-        issue_ns = node.get("start_ns", 0) + self._origin_ns
-        return f"{head}O\t{token}\t{key}\t{members}\t{fingerprint(node)}\t{issue_ns}\t{describe(node)}"
+            key_prefix, members = f"{gid}:", f"g:{gid}"
+        return (key_prefix, f"{members}\t{fingerprint(node)}", *describe(node))
 
     def close(self, *, finished: bool) -> None:
         """Push the rest and stop (the rank's program has ended; ``finished``: successfully, so it
