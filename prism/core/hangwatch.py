@@ -27,17 +27,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .errors import HangError, MismatchError, PrismError, RankFailedError
 from .ranks import format_rank_ranges, parse_rank_ranges
 
-__all__ = ["HangWatcher", "queue_key", "KEY_PREFIX"]
+__all__ = ["HangWatcher", "Reference", "queue_key", "KEY_PREFIX"]
 
 log = logging.getLogger(__name__)
 
 KEY_PREFIX = "prism/opwatch/"
+Reference = Callable[[int, str], "tuple[str, str] | None"]
+"""``(rank, op key) -> (fingerprint, description)`` of the op a rank's unwatched peers expect."""
 _MAX_PENDING_SHOWN = 4
 _MAX_INSTANCES_SHOWN = 8
 
@@ -52,6 +54,8 @@ class _Op:
     rank: int
     detail: str
     issue_ns: int
+    key: str = ""
+    fp: str = ""
 
 
 @dataclass(slots=True)
@@ -113,14 +117,32 @@ class HangWatcher:
         self._deadlocked.extend(self._instances)
         self.poll()
 
-    def explain_failure(self, error: RankFailedError) -> PrismError:
+    def explain_failure(self, error: RankFailedError, reference: Reference | None = None, *,
+                        who: str = "") -> PrismError:
         """The error to show for a failed rank: a mismatch or deadlock among the published ops if
-        there is one (a peer often fails first on a lost connection), else ``error`` itself."""
+        there is one (a peer often fails first on a lost connection), else ``error`` itself.
+
+        ``reference(rank, key)`` gives ``(fingerprint, description)`` of the op the unwatched peers
+        expect from ``rank`` at ``key`` (an emulation's virtual ranks replay the recorded run), or
+        None; a rank whose last or pending op differs from it is the cause. ``who`` names the failed
+        process when it is not a rank (a replayer)."""
+        lines = error.traceback_text.strip().splitlines()
+        last = lines[-1] if lines else f"exit code {error.exit_code}"
+        then = f"(then {who or f'rank {error.rank}'} failed: {last[:200]}{'…' if len(last) > 200 else ''})"
         try:
             self.poll()
         except MismatchError as cause:
-            lines = error.traceback_text.strip().splitlines()
-            return MismatchError(f"{cause}\n(then rank {error.rank} failed: {lines[-1] if lines else 'exited'})")
+            return MismatchError(f"{cause}\n{then}")
+        if reference is None:
+            return error
+        for rank, state in sorted(self._ranks.items()):
+            for op in (*state.pending.values(), *([state.last] if state.last else [])):
+                want = reference(rank, op.key)
+                if want is not None and want[0] != op.fp:
+                    return MismatchError(
+                        f"collective mismatch at {_key_text(op.key)}:\n  rank {rank} issued {op.detail}\n"
+                        f"  where the recorded run has {want[1]} (which its virtual peers replay)\n"
+                        f"{then}\n{self.report()}")
         return error
 
     def poll(self) -> None:
@@ -172,7 +194,7 @@ class HangWatcher:
             self._deadlocked.extend(self._instances)
         elif kind == "O":
             tok, key, members, fp, issue_ns, detail = rest.split("\t", 5)
-            op = _Op(rank, detail, int(issue_ns))
+            op = _Op(rank, detail, int(issue_ns), key, fp)
             state.pending[int(tok)] = op
             state.last = op
             state.num_issued += 1

@@ -22,66 +22,16 @@ import torch.distributed as dist
 
 from prism.core.hangwatch import queue_key
 from prism.core.ranks import format_rank_ranges
-from prism.graph.records import CommOp
+from prism.graph.opsig import describe, fingerprint, op_key
 
 from .engines.base import GroupHandle
 
-__all__ = ["OpPublisher", "enabled", "fingerprint", "describe"]
+__all__ = ["OpPublisher", "enabled"]
 
 log = logging.getLogger(__name__)
 
-_REDUCING = (CommOp.ALL_REDUCE, CommOp.REDUCE)
-_ROOTED = (CommOp.BROADCAST, CommOp.REDUCE, CommOp.GATHER, CommOp.SCATTER)
-
-
 def enabled() -> bool:
     return os.environ.get("PRISM_OPWATCH", "1") != "0"
-
-
-def _shapes(shapes) -> str:
-    return " ".join(str(tuple(s)) for s in shapes) or "-"
-
-
-def fingerprint(node: dict) -> str:
-    """What every member of the op must agree on (PyTorch's DETAIL check compares the same: op,
-    dtype, shapes). All-gather compares the gathered shapes (inputs may be uneven), reduce-scatter
-    its inputs; all-to-all's splits and gather/scatter's non-root sides legitimately differ."""
-    op: CommOp = node["op"]
-    dtype = node.get("dtype", "")
-    if op is CommOp.BARRIER:
-        return op.value
-    if op in (CommOp.SEND, CommOp.RECV):
-        return f"{dtype} {_shapes(node['shapes'])}"
-    parts = [op.value, node.get("reduce_op", "") if op in (*_REDUCING, CommOp.REDUCE_SCATTER) else ""]
-    if op in _ROOTED:
-        parts.append(f"root {node.get('peer', -1)}")
-    parts.append(dtype)
-    if op in (CommOp.ALL_REDUCE, CommOp.BROADCAST, CommOp.REDUCE, CommOp.REDUCE_SCATTER):
-        parts.append(_shapes(node["shapes"]))
-    elif op is CommOp.ALL_GATHER:
-        parts.append(_shapes(node.get("out_shapes", node["shapes"])))
-    return " ".join(p for p in parts if p)
-
-
-def describe(node: dict) -> tuple[str, str]:
-    """The op's description around its seq: ``("all_reduce sum on group 0 seq ", " f32 (5,) at train.py:9")``
-    (the words of ``prism collect``'s reports)."""
-    op: CommOp = node["op"]
-    red = f" {node['reduce_op']}" if node.get("reduce_op") else ""
-    gid, peer = node["group_id"], node.get("peer", -1)
-    if op is CommOp.SEND:
-        where = f" to rank {peer} on group {gid} seq "
-    elif op is CommOp.RECV:
-        where = f" from rank {peer} on group {gid} seq "
-    else:
-        where = f" on group {gid} seq "
-    root = f" root {peer}" if op in _ROOTED and peer >= 0 else ""
-    dtype = node.get("dtype", "")
-    detail = f" {dtype} {_shapes(node['shapes'])}" if dtype else ""
-    out = node.get("out_shapes")
-    if out is not None and op is not CommOp.ALL_TO_ALL:
-        detail += f" -> {_shapes(out)}"
-    return f"{op.value}{red}{where}", f"{root}{detail} at {node.get('call_site') or '?'}"
 
 
 class OpPublisher:
@@ -169,12 +119,7 @@ class OpPublisher:
 
     def _format(self, node: dict) -> tuple[str, str, str, str]:
         """(key without the seq, members and fingerprint, description before and after the seq)."""
-        op, gid = node["op"], node["group_id"]
-        if op in (CommOp.SEND, CommOp.RECV):
-            src, dst = (self._rank, node["peer"]) if op is CommOp.SEND else (node["peer"], self._rank)
-            key_prefix, members = f"{gid}:{src}>{dst}:", f"p:{src},{dst}"
-        else:
-            key_prefix, members = f"{gid}:", f"g:{gid}"
+        key_prefix, members = op_key(node, self._rank)
         return (key_prefix, f"{members}\t{fingerprint(node)}", *describe(node))
 
     def close(self, *, finished: bool) -> None:

@@ -22,6 +22,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
 from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, with_ooms
 from prism.graph.io import read_graph
+from prism.graph.opsig import recorded_ops
 from prism.nccl_patches.algorithms import policy_from_env
 from prism.nccl_patches.recorded_store import derive_from_capture, recorded_dir
 from prism.nccl_patches.restrict_store import derive_subset, find_superset_dir
@@ -157,7 +159,10 @@ def _start_store(timeout_s: float) -> tuple[dist.TCPStore, str]:
 
 
 def _supervise(out_dir: Path, world_size: int, starts: list[tuple[int, list[str]]], timeout_s: float,
-               store: dist.TCPStore) -> None:
+               store: dist.TCPStore, recorded: Callable[[], dict] | None = None) -> None:
+    """Run the workers and replayers; ``recorded()`` gives the sandbox ranks' recorded ops
+    (``prism.graph.opsig.recorded_ops``), read only when a process fails, to name an op that
+    differs from what the virtual ranks replay."""
     env = package_env()
     # The sandbox ranks publish their ops to the store: ranks that disagree on an op stop the run at
     # once, a timeout names every sandbox rank's pending op (prism.core.hangwatch). Replayers
@@ -172,12 +177,22 @@ def _supervise(out_dir: Path, world_size: int, starts: list[tuple[int, list[str]
             oom = with_ooms(e, out_dir)  # a peer (or a replayer) may fail first on its lost connection
             if oom is not e:
                 raise oom from e
-            explained = watcher.explain_failure(e)
+            explained = watcher.explain_failure(e, _reference(recorded) if recorded else None,
+                                                who=f"replayer {e.rank - world_size}" if e.rank >= world_size else "")
             if explained is not e:
                 raise explained from e
             if e.rank >= world_size:  # a replayer: its error text says which
                 raise RankFailedError(e.rank, e.traceback_text, exit_code=e.exit_code) from None
             raise
+
+
+def _reference(recorded: Callable[[], dict]):
+    try:
+        ops = recorded()
+    except PrismError:
+        log.debug("no recorded ops to compare with", exc_info=True)
+        return None
+    return lambda rank, key: ops.get((rank, key))
 
 
 def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
@@ -222,7 +237,8 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
         path = out / f"replayer-{i:03d}.spec.json"
         path.write_text(spec.to_json())
         starts.append((job.world_size + i, [sys.executable, "-m", REPLAYER_MODULE, "--spec", str(path)]))
-    _supervise(out, job.world_size, starts, options.timeout_s, store)
+    _supervise(out, job.world_size, starts, options.timeout_s, store,
+               recorded=lambda: recorded_ops(read_graph(run.graph_dir(kind)), ranks))
     wall = time.time() - launched
     del store
     return _collect_results(out, job.world_size, ranks, options.num_replayers, launched, wall, kind)

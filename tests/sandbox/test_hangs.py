@@ -69,21 +69,39 @@ def test_a_stalled_rank_is_reported_at_the_timeout_with_every_rank_s_pending_op(
     assert processes_tagged(run_prism.tag) == []
 
 
-def test_a_mismatched_all_reduce_stops_emulate_at_once_naming_rank_2_the_op_and_the_shapes(tmp_path, run_prism):
-    # The job ran fine when recorded; then the user changes rank 2's code (here: its environment)
-    # and emulates ranks 1 and 2 for real.
-    run = tmp_path / "run"
+@pytest.fixture(scope="module")
+def changed_run(tmp_path_factory):
+    """A run of the good job (recorded, captured, recorded data of ranks 1,2); then the user changes
+    rank 2's code (here: its environment) so that it all-reduces 5 elements."""
+    run = tmp_path_factory.mktemp("hangs") / "run"
     job = load_job(MISMATCH / "job-good.yaml")
     record_job(job, run, timeout_s=300)
     capture_job(job, run, derive_for=(1, 2), timeout_s=300)
     frozen = yaml.safe_load((run / "job.yaml").read_text())
     frozen["env"] = {"MISMATCH_RANK": "2"}
     (run / "job.yaml").write_text(yaml.safe_dump(frozen))
-    result = run_prism("emulate", str(run), "--ranks", "1,2", "--graph", "real", "--timeout", LONG)
+    return run
+
+
+def test_a_mismatched_all_reduce_stops_emulate_at_once_naming_rank_2_the_op_and_the_shapes(changed_run, run_prism):
+    result = run_prism("emulate", str(changed_run), "--ranks", "1,2", "--graph", "real", "--timeout", LONG)
     assert result.returncode == 2, result.stderr
     err = result.stderr
     assert "collective mismatch at group 0 seq 1:" in err
     assert re.search(r"rank 2 issued all_reduce sum on group 0 seq 1 f32 \(5,\) at train.py:12", err), err
     assert re.search(r"rank 1 issued all_reduce sum on group 0 seq 1 f32 \(4,\) at train.py:12", err), err
     assert detected_after_s(err) < 10
+    assert processes_tagged(run_prism.tag) == []
+
+
+def test_a_lone_sandbox_rank_that_differs_from_the_recorded_op_is_named_with_both_shapes(changed_run, run_prism):
+    started = time.monotonic()
+    result = run_prism("emulate", str(changed_run), "--ranks", "2", "--graph", "real", "--timeout", LONG)
+    assert result.returncode == 2, result.stderr
+    err = result.stderr
+    assert ("collective mismatch at group 0 seq 1:\n"
+            "  rank 2 issued all_reduce sum on group 0 seq 1 f32 (5,) at train.py:12\n"
+            "  where the recorded run has all_reduce sum on group 0 seq 1 f32 (4,) at train.py:12 "
+            "(which its virtual peers replay)") in err
+    assert time.monotonic() - started < float(LONG) / 2
     assert processes_tagged(run_prism.tag) == []
