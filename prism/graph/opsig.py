@@ -5,6 +5,7 @@ compares a sandbox rank's op with the recorded one (``docs/hangs.md``)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from .records import CommOp, Graph, Node
@@ -22,13 +23,15 @@ def _shapes(shapes) -> str:
 def fingerprint(node: Mapping) -> str:
     """What every member of the op must agree on (PyTorch's DETAIL check compares the same: op,
     dtype, shapes). All-gather compares the gathered shapes (inputs may be uneven), reduce-scatter
-    its inputs; all-to-all's splits and gather/scatter's non-root sides legitimately differ."""
+    its inputs, a message its element count; all-to-all's splits and gather/scatter's non-root
+    sides legitimately differ."""
     op: CommOp = node["op"]
     dtype = node.get("dtype", "")
     if op is CommOp.BARRIER:
         return op.value
     if op in (CommOp.SEND, CommOp.RECV):
-        return f"{dtype} {_shapes(node['shapes'])}"
+        # A message is bytes: a (2, 2) send into a (4,) recv is fine with gloo and NCCL.
+        return f"{dtype} {' '.join(str(math.prod(s)) for s in node['shapes'])} elements"
     parts = [op.value, node.get("reduce_op", "") if op in (*_REDUCING, CommOp.REDUCE_SCATTER) else ""]
     if op in _ROOTED:
         parts.append(f"root {node.get('peer', -1)}")
