@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", required=True, help="job.yaml")
     p.add_argument("--out", required=True, help="run directory to write")
     p.add_argument("--slots", type=int, default=None, help="K, the number of slots (default: the job's slots)")
-    add_timeout_argument(p, default_s=1800.0)
+    add_timeout_argument(p, default_s=1800.0, stall=False)
     p.add_argument("--bind", default="127.0.0.1:0",
                    help="address the coordinator listens on (0.0.0.0:PORT for workers on other nodes)")
     p.add_argument("--token", default="", help="shared secret every worker must present (multi-node)")

@@ -10,7 +10,9 @@ The launcher's :class:`HangWatcher` drains those queues from its supervision loo
   once (:class:`~prism.core.errors.MismatchError`) naming the op, the shapes and the disagreeing
   ranks;
 * notices a rank that finished without issuing an op its peers wait in (a deadlock);
-* on the run's timeout, stops it with every rank's pending op (:class:`~prism.core.errors.HangError`).
+* when no rank issued or completed an op for the run's timeout (a stall), stops it with every
+  rank's pending op (:class:`~prism.core.errors.HangError`). The launchers then give the
+  supervisor no wall-clock limit: a run that keeps communicating is not stopped.
 
 Lines of the protocol (tab-separated, one op per line, several lines per queue item):
 
@@ -90,8 +92,8 @@ class HangWatcher:
         self._timeout_s = timeout_s
         self._timeout_hint = timeout_hint
         self._poll_s = poll_s
-        self._started = time.monotonic()
-        self._deadline = self._started + timeout_s
+        self._progress = time.monotonic()
+        """When a rank last issued or completed an op, or finished (the launch, before any)."""
         self._next_poll = 0.0
         self._lost = False
         self._mismatched: list[str] = []
@@ -100,20 +102,22 @@ class HangWatcher:
     # -- the supervision loop's side ----------------------------------------------------------------
     def tick(self) -> None:
         """Read what the ranks published (at most every ``poll_s``); raise MismatchError on a
-        disagreement or a rank that finished without an op its peers wait in, HangError on timeout."""
+        disagreement or a rank that finished without an op its peers wait in, HangError when no
+        rank issued or completed an op for ``timeout_s`` (a stall)."""
         now = time.monotonic()
         if now >= self._next_poll:
             self._next_poll = now + self._poll_s
             self.poll()
-        if time.monotonic() > self._deadline:
-            raise HangError(f"timed out after {self._timeout_s:g} s ({self._timeout_hint}); "
-                            f"{self._still_running()}\n{self.report()}")
+        if time.monotonic() - self._progress > self._timeout_s:
+            raise HangError(f"no progress for {self._timeout_s:g} s ({self._timeout_hint}): no rank issued or "
+                            f"completed a comm op; {self._still_running()}\n{self.report()}")
 
     def rank_finished(self, rank: int) -> None:
         """The rank's process exited successfully: every op it will ever issue is published."""
         if rank not in self._ranks:
             return
         self._ranks[rank].finished = True
+        self._progress = time.monotonic()
         self._deadlocked.extend(self._instances)
         self.poll()
 
@@ -176,6 +180,8 @@ class HangWatcher:
             log.debug("hang watcher: store unreachable", exc_info=True)
             self._lost = True
             return
+        if items:
+            self._progress = time.monotonic()
         for item in items:
             for line in (item.decode() if isinstance(item, bytes) else item).splitlines():
                 self._on_line(rank, line)

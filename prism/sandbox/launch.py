@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import math
 import pickle
 import sys
 import tempfile
@@ -139,7 +140,9 @@ def launch_ranks(
     with Supervisor(error_dir=work, log_dir=log_dir) as sup:
         start_more(sup)
         try:
-            sup.wait_all(timeout_s=options.timeout_s, on_done=on_done, tick=lambda: tick(sup))
+            # With a watcher the timeout is a stall: no rank issued or completed an op for that long.
+            sup.wait_all(timeout_s=math.inf if watcher is not None else options.timeout_s, on_done=on_done,
+                         tick=lambda: tick(sup))
         except RankFailedError as e:
             oom = with_ooms(e, work)
             if oom is not e:

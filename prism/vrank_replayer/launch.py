@@ -20,6 +20,7 @@ import dataclasses
 import datetime
 import json
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -172,7 +173,8 @@ def _supervise(out_dir: Path, world_size: int, starts: list[tuple[int, list[str]
         for key, argv in starts:
             sup.start(key, argv, env)
         try:
-            sup.wait_all(timeout_s=timeout_s, on_done=watcher.rank_finished, tick=watcher.tick)
+            # The timeout is a stall (no sandbox rank issued or completed an op for that long).
+            sup.wait_all(timeout_s=math.inf, on_done=watcher.rank_finished, tick=watcher.tick)
         except RankFailedError as e:
             oom = with_ooms(e, out_dir)  # a peer (or a replayer) may fail first on its lost connection
             if oom is not e:

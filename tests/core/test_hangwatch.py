@@ -78,7 +78,7 @@ def test_a_rank_that_finished_without_an_op_its_peers_wait_in_is_a_deadlock(stor
            "which ranks 0-1 wait in" in str(e.value)
 
 
-def test_the_timeout_reports_every_rank_s_pending_op(store):
+def test_a_stall_reports_every_rank_s_pending_op(store):
     watcher = HangWatcher(store, range(3), timeout_s=0.5)
     for r in range(2):
         publish(store, r, "G\t0\t0-2", op(1, "0:1", "g:0", AR4, "all_reduce sum on group 0 seq 1"))
@@ -89,8 +89,21 @@ def test_the_timeout_reports_every_rank_s_pending_op(store):
             watcher.tick()
             time.sleep(0.05)
     text = str(e.value)
-    assert text.startswith("timed out after 0.5 s (--timeout); ranks still running: 0-2")
+    assert text.startswith("no progress for 0.5 s (--timeout): no rank issued or completed a comm op; "
+                           "ranks still running: 0-2")
     assert "rank 0: waits in all_reduce sum on group 0 seq 1 (issued" in text
     assert "rank 1: waits in all_reduce sum on group 0 seq 1 (issued" in text
     assert "rank 2: no comm op pending; its last op all_reduce sum on group 0 seq 0" in text
     assert "all_reduce sum on group 0 seq 1: ranks 0-1 issued it, 2 not yet" in text
+
+
+def test_a_run_that_keeps_communicating_is_not_stopped_by_its_timeout(store):
+    watcher = HangWatcher(store, range(1), timeout_s=0.5)
+    publish(store, 0, "G\t0\t0")
+    started = time.monotonic()
+    token = 0
+    while time.monotonic() - started < 2.0:
+        publish(store, 0, op(token, f"0:{token}", "g:0", AR4, f"all_reduce seq {token}"), f"C\t{token}")
+        token += 1
+        watcher.tick()
+        time.sleep(0.05)
