@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from .errors import HangError, MismatchError, PrismError, RankFailedError
 from .ranks import format_rank_ranges, parse_rank_ranges
 
-__all__ = ["HangWatcher", "Reference", "queue_key", "KEY_PREFIX"]
+__all__ = ["HangWatcher", "Reference", "queue_key", "rank_timeout_s", "KEY_PREFIX"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,12 @@ Reference = Callable[[int, str], "tuple[str, str] | None"]
 """``(rank, op key) -> (fingerprint, description)`` of the op a rank's unwatched peers expect."""
 _MAX_PENDING_SHOWN = 4
 _MAX_INSTANCES_SHOWN = 8
+
+
+def rank_timeout_s(timeout_s: float) -> float:
+    """The timeout a watched rank's own waits get (its gloo/NCCL groups, store, transports): longer
+    than the watcher's stall limit, so that the watcher, which can say why, speaks first."""
+    return timeout_s + max(10.0, 0.1 * timeout_s)
 
 
 def queue_key(rank: int) -> str:

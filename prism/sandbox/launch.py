@@ -25,7 +25,7 @@ import torch.distributed as dist
 from prism.core.config import JobConfig
 from prism.core.supervise import Supervisor, package_env
 from prism.core.errors import RankFailedError
-from prism.core.hangwatch import HangWatcher
+from prism.core.hangwatch import HangWatcher, rank_timeout_s
 from prism.core.workerspec import (WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, record_path,
                                    with_ooms)
 from prism.graph.records import Graph, RankRecord, merge_groups
@@ -99,9 +99,11 @@ def launch_ranks(
     log_dir = Path(options.log_dir) if options.log_dir else work / "logs"
     store = None
     store_addr = ""
+    # Watched ranks wait longer than the watcher's stall limit (prism.core.hangwatch.rank_timeout_s).
+    rank_timeout = options.timeout_s if alone else rank_timeout_s(options.timeout_s)
     if not alone:
         store = dist.TCPStore(
-            "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=options.timeout_s)
+            "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=rank_timeout)
         )
         store_addr = f"127.0.0.1:{store.port}"
     env = package_env()
@@ -114,7 +116,7 @@ def launch_ranks(
         while pending and len(sup.procs) < limit:
             rank = pending.pop(0)
             spec = worker_spec(job, rank, engine=options.engine, out_dir=str(work), store_addr=store_addr, alone=alone,
-                               timeout_s=options.timeout_s, cuda_backend=options.cuda_backend,
+                               timeout_s=rank_timeout, cuda_backend=options.cuda_backend,
                                engine_options=options.engine_options, clock_origin_ns=origin)
             path = work / f"spec-{rank:05d}.json"
             path.write_text(spec.to_json())

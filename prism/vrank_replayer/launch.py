@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from prism.core.config import JobConfig
 from prism.core.errors import PrismError, RankFailedError, RunDirError
-from prism.core.hangwatch import HangWatcher
+from prism.core.hangwatch import HangWatcher, rank_timeout_s
 from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
 from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, with_ooms
@@ -218,7 +218,8 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     out = (Path(options.out_dir) if options.out_dir else
            run.root / "emulations" / time.strftime("%Y%m%d-%H%M%S") / f"ranks-{'_'.join(map(str, ranks))}")
     out.mkdir(parents=True, exist_ok=True)
-    store, addr = _start_store(options.timeout_s)
+    # Ranks and replayers wait longer than the hang watcher's stall limit (it explains a stall).
+    store, addr = _start_store(rank_timeout_s(options.timeout_s))
     launched = time.time()
     origin = time.perf_counter_ns()
     opts = {"sandbox": ",".join(map(str, ranks)), "transport_store": addr,
@@ -227,7 +228,8 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     starts = []
     for r in ranks:
         path = out / f"spec-{r:05d}.json"
-        path.write_text(_worker_spec(job, r, present=ranks, store_addr=addr, out_dir=out, timeout_s=options.timeout_s,
+        path.write_text(_worker_spec(job, r, present=ranks, store_addr=addr, out_dir=out,
+                                     timeout_s=rank_timeout_s(options.timeout_s),
                                      engine_options=opts, origin_ns=origin,
                                      profile_dir=str(out / PROFILE_DIR) if options.profile else "").to_json())
         starts.append((r, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)]))
@@ -235,7 +237,7 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
         spec = ReplayerSpec(index=i, num_replayers=options.num_replayers, sandbox=ranks,
                             graph_dir=str(run.graph_dir(kind)), recorded_dir=str(recorded), transport_store=addr,
                             out_dir=str(out), supervisor_key=job.world_size + i, steps=options.steps,
-                            timeout_s=options.timeout_s, timed_graph_dir=options.timed_graph_dir)
+                            timeout_s=rank_timeout_s(options.timeout_s), timed_graph_dir=options.timed_graph_dir)
         path = out / f"replayer-{i:03d}.spec.json"
         path.write_text(spec.to_json())
         starts.append((job.world_size + i, [sys.executable, "-m", REPLAYER_MODULE, "--spec", str(path)]))
@@ -310,14 +312,15 @@ def capture_job(job: JobConfig, run_dir: str | Path, *, derive_for: tuple[int, .
     capture = run.root / "capture"
     out = capture / "workers"
     out.mkdir(parents=True, exist_ok=True)
-    store, addr = _start_store(timeout_s)
+    store, addr = _start_store(rank_timeout_s(timeout_s))
     origin = time.perf_counter_ns()
     everyone = tuple(range(job.world_size))
     opts = {"sandbox": "all", "transport_store": addr, "capture_dir": str(capture)}
     starts = []
     for r in everyone:
         path = out / f"spec-{r:05d}.json"
-        path.write_text(_worker_spec(job, r, present=everyone, store_addr=addr, out_dir=out, timeout_s=timeout_s,
+        path.write_text(_worker_spec(job, r, present=everyone, store_addr=addr, out_dir=out,
+                                     timeout_s=rank_timeout_s(timeout_s),
                                      engine_options=opts, origin_ns=origin).to_json())
         starts.append((r, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)]))
     _supervise(out, job.world_size, starts, timeout_s, store)
