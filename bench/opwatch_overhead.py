@@ -48,7 +48,7 @@ def _nodes(n: int) -> tuple[Recorder, GroupHandle, list[int]]:
 
 def script_thread_ns(n: int = 200_000) -> float:
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    pub = OpPublisher(f"127.0.0.1:{store.port}", 0, lambda tok: {}, clock_origin_ns=0, timeout_s=30, interval_s=3600)
+    pub = OpPublisher(f"127.0.0.1:{store.port}", 0, lambda tok: {}, timeout_s=30, interval_s=3600)
     group = GroupHandle(group_id="0", ranks=(0, 1), group_rank=0)
     best = float("inf")
     for _ in range(5):
@@ -67,7 +67,7 @@ def publisher_thread_ns(batch: int, rounds: int = 20) -> float:
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=30))
     rec, group, tokens = _nodes(batch)
-    pub = OpPublisher(f"127.0.0.1:{store.port}", 0, rec.comm_node, clock_origin_ns=rec.clock_origin_ns, timeout_s=30,
+    pub = OpPublisher(f"127.0.0.1:{store.port}", 0, rec.comm_node, timeout_s=30,
                       interval_s=3600)
     pub.issued(tokens[0], group)
     pub.flush()  # connect

@@ -15,6 +15,7 @@ from rich.table import Table
 from prism.vrank_replayer.calibrate_run import CalibrateResult, calibrate_run, mean_measured_ns
 
 from . import add_timeout_argument
+from .devices import add_device_arguments, device_options
 
 HELP = "time the ranks slice by slice and calibrate the graph (RUN/graph/timed)"
 
@@ -25,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip", type=int, default=None, help="warmup steps left out (default: iterations.warmup)")
     add_timeout_argument(p, default_s=600.0, what="each slice (and the capture run)")
     p.add_argument("--json", dest="json_out", default=None, help="also write the per-rank rows as JSON here")
+    add_device_arguments(p)
 
 
 def result_rows(result: CalibrateResult) -> dict[int, dict]:
@@ -65,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             progress.update(task, completed=done, total=total, description=desc)
 
         result = calibrate_run(args.run_dir, slice_size=args.slice_size, skip_steps=args.skip,
-                               timeout_s=args.timeout, on_slice=on_slice)
+                               timeout_s=args.timeout, on_slice=on_slice, device=device_options(args))
     print_result(result, console)
     if args.json_out:
         with open(args.json_out, "w") as f:

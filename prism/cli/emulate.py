@@ -18,6 +18,7 @@ from prism.vrank_replayer import EmulateOptions
 from prism.vrank_replayer.emulate_report import emulate_and_report
 
 from . import EXIT_OOM, add_timeout_argument
+from .devices import add_device_arguments, device_options
 
 HELP = "run some ranks for real, the rest as virtual ranks"
 
@@ -37,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", action="store_true",
                    help="run the sandbox ranks under torch.profiler: RUN/emulations/<id>/profile/rank<R>.json")
     p.add_argument("--json", action="store_true", help="print report.json")
+    add_device_arguments(p)
 
 
 def _oom_cell(row: dict) -> str:
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     world = RunDir(Path(args.run_dir)).load_job().world_size
     options = EmulateOptions(ranks=parse_rank_ranges(args.ranks, world), steps=args.steps,
                              num_replayers=args.replayers, graph_kind=args.graph, timeout_s=args.timeout,
-                             memory_cap_bytes=args.memory_cap, profile=args.profile)
+                             memory_cap_bytes=args.memory_cap, profile=args.profile, **device_options(args))
     report = emulate_and_report(args.run_dir, options, use_timed=not args.asap)
     data = report.data
     code = EXIT_OOM if "failed" in data else 0

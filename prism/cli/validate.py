@@ -25,6 +25,7 @@ from prism.vrank_replayer.emulate_report import emulate_and_report
 from prism.vrank_replayer.fidelity import losses_bitwise_equal, losses_equal, rank_fidelity, step_errors
 
 from . import add_timeout_argument
+from .devices import add_device_arguments, device_options
 
 HELP = "record, calibrate and emulate a job, and compare with the real run and PyTorch's fake PG"
 
@@ -37,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_timeout_argument(p, default_s=600.0, what="each run (record, capture, each calibration slice, emulate)")
     p.add_argument("--no-torch-fake", action="store_true", help="leave out the fake process group column")
     p.add_argument("--json", dest="json_out", default=None, help="write the comparison as JSON here")
+    add_device_arguments(p)
 
 
 def _torch_fake(job, rank: int, real, skip: int, timeout_s: float) -> dict:
@@ -58,15 +60,15 @@ def _torch_fake(job, rank: int, real, skip: int, timeout_s: float) -> dict:
 
 
 def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int, timeout_s: float,
-             torch_fake: bool) -> dict:
+             torch_fake: bool, device: dict | None = None) -> dict:
     job = load_job(job_path)
     ranks = parse_rank_ranges(ranks_text, job.world_size)
     run = Path(out or f"validate-{job.name}")
     skip = job.iterations.warmup
     real = record_job(job, run, timeout_s=timeout_s)
-    cal = calibrate_run(run, slice_size=slice_size, skip_steps=skip, timeout_s=timeout_s)
+    cal = calibrate_run(run, slice_size=slice_size, skip_steps=skip, timeout_s=timeout_s, device=device)
     ensure_recorded(run, ranks, timeout_s=timeout_s)
-    emu = emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s), skip_steps=skip)
+    emu = emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s, **(device or {})), skip_steps=skip)
     rows = {}
     for r in ranks:
         row = emu.data["ranks"][str(r)]
@@ -136,7 +138,7 @@ def print_validation(result: dict, console: Console) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = validate(args.job, args.ranks, args.out, slice_size=args.slice_size, timeout_s=args.timeout,
-                      torch_fake=not args.no_torch_fake)
+                      torch_fake=not args.no_torch_fake, device=device_options(args))
     print_validation(result, Console())
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=2, default=str))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from prism.core.errors import PrismError
-from prism.graph.records import CommOp
+from prism.graph.records import CommOp, NodeKind
 
 from .compensation import RecordedCollective, record_for_sandbox
 from .schedule import Algo, Phase, Step
@@ -42,6 +42,10 @@ __all__ = [
     "p2p_tag",
     "barrier_record",
     "WideTagTransport",
+    "Lane",
+    "device_lanes",
+    "sends_input",
+    "receives_output",
 ]
 
 
@@ -217,3 +221,73 @@ class WideTagTransport(Transport):
     def recv(self, buffer: torch.Tensor, src: int, dst: int, tag: int):
         return super().recv(buffer, src, dst, tag % _TAG_LIMIT)
 
+
+
+# ---------------------------------------------------------------------- the device data path
+#
+# On GPUs with the ``nccl`` layout (prism.core.layout), a sandbox rank's ops with vranks are
+# *delegated*: the rank sends its inputs (the script's own device tensors) to the replayer of the
+# group over a 2-endpoint NCCL communicator (a *lane*), the replayer runs the pruned collective
+# there — this rank's real combine steps with the data it received, the neighbor vranks' recorded
+# partials and compensation — and sends the rank's outputs back into the script's output tensors.
+# Nothing of prism's is allocated through the sandbox's caching allocator (docs/virtual-ranks.md).
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """One ordered NCCL lane between a sandbox rank and a replayer: the collectives of a group
+    (``src`` = ``dst`` = -1), or one (src, dst) message stream of a group."""
+
+    group_id: str
+    sandbox_rank: int
+    src: int = -1
+    dst: int = -1
+
+    @property
+    def prefix(self) -> str:
+        if self.src < 0:
+            return f"prism/lane/{self.group_id}/c/{self.sandbox_rank}"
+        return f"prism/lane/{self.group_id}/p/{self.src}-{self.dst}"
+
+
+def device_lanes(nodes: Iterable, rank: int, members: dict[str, Sequence[int]], sandbox: Iterable[int],
+                 num_replayers: int) -> list[tuple[Lane, int]]:
+    """The lanes sandbox rank ``rank`` opens (with the replayer index at their other end), in
+    first-use order: one per group where it runs collectives with vranks, one per message stream
+    with a vrank peer. ``nodes``: the rank's graph nodes; ``members``: group id -> global ranks.
+    The replayer derives the same lanes from the same graph."""
+    sandbox = frozenset(sandbox)
+    out: dict[Lane, int] = {}
+    for n in nodes:
+        if n.kind not in (NodeKind.COLLECTIVE, NodeKind.SEND, NodeKind.RECV):
+            continue
+        if all(r in sandbox for r in members[n.group_id]):
+            continue
+        if n.kind is NodeKind.COLLECTIVE:
+            lane = Lane(n.group_id, rank)
+        elif n.kind in (NodeKind.SEND, NodeKind.RECV) and n.peer not in sandbox:
+            src, dst = (rank, n.peer) if n.kind is NodeKind.SEND else (n.peer, rank)
+            lane = Lane(n.group_id, rank, src, dst)
+        else:
+            continue
+        out.setdefault(lane, replayer_of(n.group_id, num_replayers))
+    return list(out.items())
+
+
+def sends_input(op: CommOp, group_rank: int, root: int) -> bool:
+    """Whether a sandbox rank's input travels to the replayer (a broadcast's or scatter's
+    non-root and a barrier have nothing to contribute; a receiver of a message has no input)."""
+    if op in (CommOp.BROADCAST, CommOp.SCATTER):
+        return group_rank == root
+    return op not in (CommOp.BARRIER, CommOp.RECV)
+
+
+def receives_output(op: CommOp, group_rank: int, root: int) -> bool:
+    """Whether the replayer sends the sandbox rank its output (a broadcast root, a reduce's or a
+    gather's non-root and a sender of a message get none: their op completes when their input
+    has left). A barrier's one-element output is its completion."""
+    if op is CommOp.BROADCAST:
+        return group_rank != root
+    if op in (CommOp.REDUCE, CommOp.GATHER):
+        return group_rank == root
+    return op is not CommOp.SEND

@@ -35,7 +35,7 @@ BACKEND_NAME = "prism"
 
 class CommObserver(Protocol):
     def on_issue(self, request: CommRequest) -> int: ...
-    def on_complete(self, token: int) -> None: ...
+    def on_complete(self, token: int, end_event: object = None) -> None: ...
     def on_wait(self, token: int) -> Callable[[], None]: ...
     def on_group(self, group: GroupHandle) -> None: ...
 
@@ -92,14 +92,20 @@ def reduce_op_name(op: object) -> str:
 class PrismWork(dist.Work):
     """Work whose completion the engine decides; ``wait`` is observed for the graph."""
 
-    def __init__(self, future: torch.futures.Future, on_wait: Callable[[], Callable[[], None]]) -> None:
+    def __init__(self, future: torch.futures.Future, on_wait: Callable[[], Callable[[], None]],
+                 waiter: Callable[[], None] | None = None) -> None:
         super().__init__()
         self._future = future
         self._on_wait = on_wait
+        self._waiter = waiter
+        """The engine's own wait (e.g. a CUDA op's: the current stream waits, the stash is released)."""
 
     def wait(self, timeout=None) -> bool:  # noqa: ARG002 - c10d passes a timedelta
         done = self._on_wait()
-        self._future.wait()
+        if self._waiter is not None:
+            self._waiter()
+        else:
+            self._future.wait()
         done()
         return True
 
@@ -190,11 +196,13 @@ class PrismProcessGroup(dist.ProcessGroup):
         except Exception as e:
             future = torch.futures.Future()
             future.set_exception(e)
+        extra = request.extra
         if watch is None:
-            future.add_done_callback(lambda _f: ctx.observer.on_complete(token))
+            future.add_done_callback(lambda _f: ctx.observer.on_complete(token, extra.get("end_event")))
         else:
-            future.add_done_callback(lambda _f: (ctx.observer.on_complete(token), watch.completed(token)))
-        return PrismWork(future, lambda: ctx.observer.on_wait(token))
+            future.add_done_callback(
+                lambda _f: (ctx.observer.on_complete(token, extra.get("end_event")), watch.completed(token)))
+        return PrismWork(future, lambda: ctx.observer.on_wait(token), extra.get("wait"))
 
     def _req(self, op: CommOp, inputs, outputs, **kw) -> PrismWork:
         return self._issue(CommRequest(op=op, group=self.handle, inputs=list(inputs), outputs=list(outputs), **kw))

@@ -17,6 +17,7 @@ import datetime
 import logging
 import os
 import threading
+import time
 
 import torch.distributed as dist
 
@@ -36,14 +37,13 @@ def enabled() -> bool:
 
 class OpPublisher:
     """One rank's publisher (see the module docstring). ``node_of(token)`` returns the recorder's
-    node fields of an issued op, whose ``start_ns`` counts from ``clock_origin_ns``."""
+    node fields of an issued op (its ``start_ns``: ``perf_counter_ns`` on the host, or on CUDA a
+    stamp resolved only at the end — then the push's time stands in)."""
 
-    def __init__(self, store_addr: str, rank: int, node_of, *, clock_origin_ns: int, timeout_s: float,
-                 interval_s: float = 0.1) -> None:
+    def __init__(self, store_addr: str, rank: int, node_of, *, timeout_s: float, interval_s: float = 0.1) -> None:
         self._addr = store_addr
         self._rank = rank
         self._node_of = node_of
-        self._origin_ns = clock_origin_ns
         self._timeout_s = timeout_s
         self._interval_s = interval_s
         self._issued: collections.deque = collections.deque()
@@ -114,7 +114,8 @@ class OpPublisher:
             parts = self._formats[kind] = self._format(node)
         key_prefix, rest, before, after = parts
         seq = node["seq"]
-        issue_ns = node.get("start_ns", 0) + self._origin_ns
+        start = node.get("start_ns")
+        issue_ns = start if isinstance(start, int) else time.perf_counter_ns()
         return f"{head}O\t{token}\t{key_prefix}{seq}\t{rest}\t{issue_ns}\t{before}{seq}{after}"
 
     def _format(self, node: dict) -> tuple[str, str, str, str]:

@@ -2,9 +2,11 @@
 
 Every comm op becomes a node with a stable identity (group + sequence; src/dst + per-pair
 sequence), its shapes, dtype, bytes, reduce op, async flag and call site. Compute spans are the
-intervals between comm boundaries on the rank's own clock (``perf_counter_ns`` on CPU; on CUDA the
-boundary first synchronises the current stream so the span covers the kernels). Iteration
-boundaries come from ``torch.optim.Optimizer.step`` (a global post hook) or ``prism.mark_step()``.
+intervals between comm boundaries on the rank's own clock: ``perf_counter_ns`` on CPU; on CUDA a
+timing event recorded on the current stream at each boundary (:mod:`.cuda_clock`), read when the
+rank finishes, so the recorder never synchronizes the device (a comm's end is the event its engine
+recorded after the op on the op's stream, when it gives one). Iteration boundaries come from
+``torch.optim.Optimizer.step`` (a global post hook) or ``prism.mark_step()``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 
 from prism.graph.records import CommOp, GroupInfo, Node, NodeKind, RankRecord, RankSummary
 
+from .cuda_clock import CudaEventClock, GpuStamp
 from .engines.base import CommRequest, GroupHandle
 
 __all__ = ["Recorder", "dtype_short", "RankRecord"]
@@ -74,7 +77,9 @@ class Recorder:
     def __init__(self, rank: int, world_size: int, *, sync_cuda: bool = False, clock_origin_ns: int = 0) -> None:
         self.rank = rank
         self.world_size = world_size
-        self._sync_cuda = sync_cuda
+        self._cuda = sync_cuda
+        self._gpu: CudaEventClock | None = None
+        """GPU timestamps, from the first boundary after the script initialized CUDA."""
         self._lock = threading.Lock()
         self._nodes: list[dict] = []
         self._groups: dict[str, GroupInfo] = {}
@@ -91,30 +96,29 @@ class Recorder:
         self._losses: list[float] = []
         self._pending_loss: list[torch.Tensor] = []
         self._reported_loss: float | None = None
-        self._end_ns: dict[int, int] = {}
+        self._end_ns: dict[int, int | GpuStamp] = {}
         self._explicit_marks = False
 
     # -- clock --------------------------------------------------------------------------------
-    def _now(self) -> int:
-        return time.perf_counter_ns() - self._t0
+    # A time is an int (perf_counter_ns) or, on CUDA, a GpuStamp resolved when the rank finishes;
+    # nodes keep them raw and ``finish`` turns them into offsets from the origin.
+    def _now(self) -> int | GpuStamp:
+        if self._gpu is not None:
+            return self._gpu.stamp()
+        if self._cuda and torch.cuda.is_initialized():
+            self._gpu = CudaEventClock()
+            return self._gpu.stamp()
+        return time.perf_counter_ns()
 
-    def _boundary(self) -> int:
+    def _boundary(self) -> int | GpuStamp:
         """Close the current compute span; returns the boundary time."""
-        if self._sync_cuda and torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.current_stream().synchronize()
-        now = time.perf_counter_ns()
-        span = now - self._last_boundary
-        if span > 0:
-            self._nodes.append(
-                {
-                    "kind": NodeKind.COMPUTE,
-                    "start_ns": self._last_boundary - self._t0,
-                    "duration_ns": span,
-                    "step": self._step,
-                }
-            )
+        now = self._now()
+        self._nodes.append({"kind": NodeKind.COMPUTE, "_start": self._last_boundary, "_end": now, "step": self._step})
         self._last_boundary = now
-        return now - self._t0
+        return now
+
+    def _ns(self, t: int | GpuStamp) -> int:
+        return CudaEventClock.ns(t) - self._t0
 
     # -- comm observer (called by the process group) ---------------------------------------
     def on_group(self, group: GroupHandle) -> None:
@@ -164,10 +168,14 @@ class Recorder:
         """The fields recorded for the comm op ``token`` (read by the hang watcher's publisher)."""
         return self._nodes[token]
 
-    def on_complete(self, token: int) -> None:
-        end = self._now()
+    def on_complete(self, token: int, end_event: torch.cuda.Event | None = None) -> None:
+        """The op's outputs are final; on CUDA ``end_event`` (recorded on the op's stream after it)
+        says when on the device."""
         with self._lock:
-            self._end_ns[token] = end
+            if end_event is not None and self._gpu is not None:
+                self._end_ns[token] = self._gpu.adopt(end_event)
+            else:  # completed on the host (a host-staged or CPU op): the CPU clock says when
+                self._end_ns[token] = time.perf_counter_ns()
 
     def on_wait(self, token: int) -> Callable[[], None]:
         with self._lock:
@@ -178,8 +186,8 @@ class Recorder:
         def done() -> None:
             with self._lock:
                 end = self._now()
-                self._nodes[wait_index]["duration_ns"] = end - start
-                self._last_boundary = end + self._t0
+                self._nodes[wait_index]["_end"] = end
+                self._last_boundary = end
 
         return done
 
@@ -203,10 +211,13 @@ class Recorder:
         with self._lock:
             now = self._boundary()
             self._nodes.append({"kind": NodeKind.MARK, "mark": "step_end", "start_ns": now, "step": self._step})
-            self._step_times.append(now + self._t0 - self._step_start)
-            self._step_start = now + self._t0
+            self._step_times.append((self._step_start, now))
+            self._step_start = now
             if self._reported_loss is not None:
                 self._losses.append(self._reported_loss)
+            elif self._pending_loss and self._gpu is not None and self._pending_loss[0].is_cuda:
+                # Read a step late: ``.item()`` here would synchronize the device every step.
+                self._losses.append([t.to("cpu", non_blocking=True) for t in self._pending_loss])
             elif self._pending_loss:
                 self._losses.append(float(sum(t.float().item() for t in self._pending_loss)))
             else:
@@ -214,7 +225,15 @@ class Recorder:
             self._pending_loss.clear()
             self._reported_loss = None
             self._step += 1
-            self._last_boundary = time.perf_counter_ns()
+            self._last_boundary = now if self._gpu is not None else time.perf_counter_ns()
+
+    def _resolve(self) -> None:
+        """Read the pending GPU timestamps and losses (one device synchronization)."""
+        if self._gpu is None:
+            return
+        self._gpu.resolve_all()
+        torch.cuda.synchronize()
+        self._losses = [float(sum(t.float().item() for t in x)) if isinstance(x, list) else x for x in self._losses]
 
     @property
     def current_step(self) -> int:
@@ -223,29 +242,50 @@ class Recorder:
 
     @property
     def losses(self) -> tuple[float, ...]:
-        """Loss per finished step so far."""
+        """Loss per finished step so far (on CUDA: waits for the device)."""
         with self._lock:
+            self._resolve()
             return tuple(self._losses)
 
     @property
     def step_times_ns(self) -> tuple[int, ...]:
+        """Duration of each finished step (on CUDA: on the device's timeline; waits for it)."""
         with self._lock:
-            return tuple(self._step_times)
+            self._resolve()
+            return tuple(CudaEventClock.ns(b) - CudaEventClock.ns(a) for a, b in self._step_times)
 
     # -- result -------------------------------------------------------------------------------
     def finish(self, *, peak_memory_bytes: int, memory_source: str, engine: str, exit_code: int = 0) -> RankRecord:
         with self._lock:
             self._boundary()
-            nodes = []
+            self._resolve()
+            kept: list[dict] = []
+            new_index: dict[int, int] = {}
             for i, n in enumerate(self._nodes):
                 fields = dict(n)
-                if i in self._end_ns and fields.get("kind") in (NodeKind.COLLECTIVE, NodeKind.SEND, NodeKind.RECV):
-                    fields["duration_ns"] = self._end_ns[i] - fields["start_ns"]
+                kind = fields["kind"]
+                if kind is NodeKind.COMPUTE:
+                    start, end = self._ns(fields.pop("_start")), self._ns(fields.pop("_end"))
+                    if end <= start:
+                        continue
+                    fields.update(start_ns=start, duration_ns=end - start)
+                else:
+                    fields["start_ns"] = self._ns(fields["start_ns"])
+                    if "_end" in fields:
+                        fields["duration_ns"] = max(0, self._ns(fields.pop("_end")) - fields["start_ns"])
+                    if i in self._end_ns and kind in (NodeKind.COLLECTIVE, NodeKind.SEND, NodeKind.RECV):
+                        fields["duration_ns"] = max(0, self._ns(self._end_ns[i]) - fields["start_ns"])
+                new_index[i] = len(kept)
+                kept.append(fields)
+            nodes = []
+            for i, fields in enumerate(kept):
+                if "target" in fields:  # a WAIT names its op by position
+                    fields["target"] = new_index[fields["target"]]
                 nodes.append(Node(rank=self.rank, index=i, **fields))
             summary = RankSummary(
                 rank=self.rank,
                 losses=tuple(self._losses),
-                step_times_ns=tuple(self._step_times),
+                step_times_ns=tuple(CudaEventClock.ns(b) - CudaEventClock.ns(a) for a, b in self._step_times),
                 peak_memory_bytes=peak_memory_bytes,
                 memory_source=memory_source,
                 exit_code=exit_code,

@@ -68,6 +68,9 @@ def make_engine(spec: WorkerSpec) -> CommEngine:
             out_dir=spec.out_dir,
             capture_dir=opts.get("capture_dir") or None,
             timeout_s=timeout_s,
+            device_path=opts.get("device_path", "host"),
+            device_index=spec.shim.local_rank,
+            graph_dir=opts.get("graph_dir") or None,
         )
     if name in ENGINE_NAMES:
         raise ValueError(f"comm engine {name!r} is not available in this build")
@@ -135,7 +138,7 @@ def _publisher(spec: WorkerSpec, recorder):
     if not spec.shim.store_addr or spec.engine not in ("passthrough", "live") or not opwatch.enabled():
         return None
     publisher = opwatch.OpPublisher(spec.shim.store_addr, spec.shim.rank, recorder.comm_node,
-                                    clock_origin_ns=recorder.clock_origin_ns, timeout_s=spec.shim.timeout_s)
+                                    timeout_s=spec.shim.timeout_s)
     pg_backend.get_context().watch = publisher
     return publisher
 

@@ -123,12 +123,15 @@ def calibrate_run(
     repeats: int = 1,
     timeout_s: float = 600.0,
     on_slice: Callable[[int, int, tuple[int, ...]], None] | None = None,
+    device: Mapping | None = None,
 ) -> CalibrateResult:
     """Run the timing slices of RUN and write RUN/graph/timed (module docstring).
 
     ``repeats``: run each slice that many times and keep each node's shortest duration (on a
     shared host, other load only lengthens spans). ``on_slice(done, total, ranks)`` is called
-    before each slice (done = slices finished) and once at the end."""
+    before each slice (done = slices finished) and once at the end. ``device``: the
+    :class:`EmulateOptions` layout fields (device_path, sandbox_gpus, assistant_gpus): the slices run
+    on the same data path as the emulation."""
     started = time.time()
     run = RunDir(Path(run_dir))
     job = run.load_job()
@@ -153,7 +156,8 @@ def calibrate_run(
         steps = {}
         for k in range(max(1, repeats)):
             out = run.root / "calibration" / (f"slice-{i:03d}" if k == 0 else f"slice-{i:03d}-{k}")
-            emulate(run.root, EmulateOptions(ranks=ranks, graph_kind=kind, out_dir=str(out), timeout_s=timeout_s))
+            emulate(run.root, EmulateOptions(ranks=ranks, graph_kind=kind, out_dir=str(out), timeout_s=timeout_s,
+                                             **dict(device or {})))
             for r in ranks:
                 record = _load_record(out, r)
                 takes[r].append(typical_steps(record.nodes, skip_steps))

@@ -27,11 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 from prism.core.config import JobConfig
 from prism.core.errors import PrismError, RankFailedError, RunDirError
 from prism.core.hangwatch import HangWatcher, rank_timeout_s
+from prism.core.layout import DeviceLayout, device_layout
 from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
 from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, with_ooms
@@ -82,6 +84,13 @@ class EmulateOptions:
     """Per sandbox rank memory cap (0: none); None: the job's ``memory_cap_bytes``."""
     profile: bool = False
     """Run each sandbox rank under ``torch.profiler``: a Chrome trace per rank in <out>/profile/rank<R>.json."""
+    device_path: str = "auto"
+    """GPU jobs: ``nccl`` (sandbox and assistant GPUs, device-to-device), ``host`` (gloo, host
+    staging), ``auto`` (nccl when the GPUs allow it; prism.core.layout)."""
+    sandbox_gpus: tuple[int, ...] = ()
+    """GPUs for the sandbox ranks (round-robin); () = the layout's default."""
+    assistant_gpus: tuple[int, ...] = ()
+    """GPUs for the replayers; () = the layout's default."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +150,10 @@ def with_steps(job: JobConfig, steps: int | None) -> JobConfig:
 
 
 def _worker_spec(job: JobConfig, rank: int, *, present: tuple[int, ...], store_addr: str, out_dir: Path,
-                 timeout_s: float, engine_options: dict[str, str], origin_ns: int, profile_dir: str = "") -> WorkerSpec:
-    shim = ShimConfig(rank=rank, world_size=job.world_size, local_rank=physical_slot(job.device, rank, job.ranks_per_node),
+                 timeout_s: float, engine_options: dict[str, str], origin_ns: int, profile_dir: str = "",
+                 gpu: int | None = None) -> WorkerSpec:
+    slot = gpu if gpu is not None else physical_slot(job.device, rank, job.ranks_per_node)
+    shim = ShimConfig(rank=rank, world_size=job.world_size, local_rank=slot,
                       ranks_per_node=job.ranks_per_node, device=job.device, store_addr=store_addr,
                       present_ranks=len(present), is_store_leader=rank == present[0], timeout_s=timeout_s,
                       clock_origin_ns=origin_ns)
@@ -218,26 +229,31 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     out = (Path(options.out_dir) if options.out_dir else
            run.root / "emulations" / time.strftime("%Y%m%d-%H%M%S") / f"ranks-{'_'.join(map(str, ranks))}")
     out.mkdir(parents=True, exist_ok=True)
+    layout = _layout(job, ranks, options)
+    log.info("layout: %s", layout.describe())
     # Ranks and replayers wait longer than the hang watcher's stall limit (it explains a stall).
     store, addr = _start_store(rank_timeout_s(options.timeout_s))
     launched = time.time()
     origin = time.perf_counter_ns()
     opts = {"sandbox": ",".join(map(str, ranks)), "transport_store": addr,
             "num_replayers": str(options.num_replayers), "recorded_dir": str(recorded),
-            "capture_dir": options.capture_dir}
+            "capture_dir": options.capture_dir, "device_path": layout.path,
+            "graph_dir": str(run.graph_dir(kind))}
     starts = []
     for r in ranks:
         path = out / f"spec-{r:05d}.json"
         path.write_text(_worker_spec(job, r, present=ranks, store_addr=addr, out_dir=out,
                                      timeout_s=rank_timeout_s(options.timeout_s),
-                                     engine_options=opts, origin_ns=origin,
+                                     engine_options=opts, origin_ns=origin, gpu=layout.rank_gpu.get(r),
                                      profile_dir=str(out / PROFILE_DIR) if options.profile else "").to_json())
         starts.append((r, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)]))
     for i in range(options.num_replayers):
         spec = ReplayerSpec(index=i, num_replayers=options.num_replayers, sandbox=ranks,
                             graph_dir=str(run.graph_dir(kind)), recorded_dir=str(recorded), transport_store=addr,
                             out_dir=str(out), supervisor_key=job.world_size + i, steps=options.steps,
-                            timeout_s=rank_timeout_s(options.timeout_s), timed_graph_dir=options.timed_graph_dir)
+                            timeout_s=rank_timeout_s(options.timeout_s), timed_graph_dir=options.timed_graph_dir,
+                            device_path=layout.path,
+                            device_index=layout.replayer_gpu[i] if layout.replayer_gpu else -1)
         path = out / f"replayer-{i:03d}.spec.json"
         path.write_text(spec.to_json())
         starts.append((job.world_size + i, [sys.executable, "-m", REPLAYER_MODULE, "--spec", str(path)]))
@@ -245,7 +261,17 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
                recorded=lambda: recorded_ops(read_graph(run.graph_dir(kind)), ranks))
     wall = time.time() - launched
     del store
-    return _collect_results(out, job.world_size, ranks, options.num_replayers, launched, wall, kind)
+    result = _collect_results(out, job.world_size, ranks, options.num_replayers, launched, wall, kind)
+    result.extra["layout"] = layout.describe()
+    return result
+
+
+def _layout(job: JobConfig, ranks: tuple[int, ...], options: EmulateOptions) -> DeviceLayout:
+    num_gpus = 0
+    if job.device == "cuda":
+        num_gpus = torch.cuda.device_count()
+    return device_layout(job.device, num_gpus, ranks, options.num_replayers, path=options.device_path,
+                         sandbox_gpus=options.sandbox_gpus, assistant_gpus=options.assistant_gpus)
 
 
 def _recorded_for(run: RunDir, ranks: tuple[int, ...], kind: str) -> Path:
@@ -273,8 +299,13 @@ def _live_path(out: Path, rank: int) -> Path:
 def _collect_results(out: Path, world_size: int, ranks, num_replayers: int, launched: float, wall: float,
                      kind: str) -> EmulateResult:
     per_rank = {}
+    delegated: dict[int, list[dict]] = {}  # the nccl path: the replayers see the divergences
+    for i in range(num_replayers):
+        for r, ops in json.loads(replayer_result_path(out, i).read_text()).get("diverged_ops", {}).items():
+            delegated.setdefault(int(r), []).extend(ops)
     for r in ranks:
         d = json.loads(_live_path(out, r).read_text())
+        d["diverged_ops"] = list(d["diverged_ops"]) + delegated.get(r, [])
         per_rank[r] = SandboxRankResult(
             rank=r, losses=tuple(d["losses"]), step_times_ns=tuple(d["step_times_ns"]), num_ops=d["num_ops"],
             diverged_ops=tuple(f"{x['op']} {x['key']}" for x in d["diverged_ops"]),

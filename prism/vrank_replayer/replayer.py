@@ -50,6 +50,7 @@ from prism.nccl_patches.vplan import (
 )
 
 from .clock import AsapClock, Clock, TimedClock, op_key
+from .device_serve import DeviceServer, lanes_of_replayer
 from .plan import Channel, plan_channels
 
 __all__ = ["ReplayerSpec", "Replayer", "clock_events_path", "replayer_result_path", "REPLAYER_MODULE"]
@@ -79,6 +80,10 @@ class ReplayerSpec:
     timeout_s: float = 300.0
     timed_graph_dir: str = ""
     """If set, vranks follow this timed graph in real time (:class:`~.clock.TimedClock`); else ASAP."""
+    device_path: str = "host"
+    """``nccl``: this replayer serves its sandbox ranks' lanes from GPU ``device_index``
+    (:mod:`.device_serve`); ``host``: the pruned steps over gloo transports."""
+    device_index: int = -1
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -108,6 +113,8 @@ class Replayer:
         self.sandbox = frozenset(spec.sandbox)
         graph = read_graph(spec.graph_dir)
         self.channels = plan_channels(graph, self.sandbox, spec.index, spec.num_replayers, steps=spec.steps)
+        lanes = (lanes_of_replayer(graph, self.sandbox, spec.index, spec.num_replayers)
+                 if spec.device_path in ("nccl", "lanes") else [])
         del graph  # the channels keep the nodes they need
         if clock is None and spec.timed_graph_dir:
             vranks = {r for ch in self.channels for r in ch.members} - self.sandbox
@@ -124,6 +131,12 @@ class Replayer:
         self.num_steps = 0
         self.traffic_bytes = 0
         self.first_op_done_unix_s: float | None = None
+        self.device: DeviceServer | None = None
+        if spec.device_path in ("nccl", "lanes"):
+            self.device = DeviceServer(index=spec.index, device_index=spec.device_index, lanes=lanes,
+                                       sandbox=self.sandbox, timeout_s=spec.timeout_s, clock=self.clock,
+                                       records=self._records,
+                                       store_factory=lambda: _store_client(spec.transport_store, spec.timeout_s))
 
     # ------------------------------------------------------------------------------ transports
 
@@ -209,6 +222,12 @@ class Replayer:
 
     def _thread(self, ch: Channel) -> None:
         try:
+            if self.device is not None:
+                self.device.serve(ch)
+                with self._lock:
+                    if self.first_op_done_unix_s is None:
+                        self.first_op_done_unix_s = time.time()
+                return
             with torch.no_grad():
                 self._serve(ch)
         except BaseException as e:  # noqa: BLE001 - reported by run()
@@ -228,7 +247,11 @@ class Replayer:
 
     def run(self) -> dict:
         start = time.time()
-        self._preload()
+        if self.device is not None:
+            self.device.connect_all()
+            self.device.preload(self.channels)
+        else:
+            self._preload()
         threads = [threading.Thread(target=self._thread, args=(ch,), name=f"prism-replay-{ch.name}", daemon=True)
                    for ch in self.channels]
         for t in threads:
@@ -244,14 +267,19 @@ class Replayer:
         if stuck:
             raise PrismError(f"replayer {self.spec.index}: channels still waiting after {self.spec.timeout_s:.0f} s: {stuck}")
         self.store.close()
+        device = self.device
+        if device is not None:
+            device.close()
         return {
             "index": self.spec.index,
+            "device_path": self.spec.device_path,
+            "diverged_ops": {str(r): v for r, v in device.diverged.items()} if device is not None else {},
             "num_channels": len(self.channels),
             "num_transports": len(self._transports),
             "num_connections": sum(t.pg.size() - 1 for t in self._transports.values()),
-            "num_ops": self.num_ops,
+            "num_ops": self.num_ops + (device.num_ops if device is not None else 0),
             "num_steps": self.num_steps,
-            "traffic_bytes": self.traffic_bytes,
+            "traffic_bytes": self.traffic_bytes + (device.traffic_bytes if device is not None else 0),
             "first_op_done_unix_s": self.first_op_done_unix_s,
             "wall_s": time.time() - start,
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,

@@ -61,8 +61,13 @@ from prism.nccl_patches.vplan import (
     transport_prefix,
 )
 
+from prism.graph.io import read_graph
+from prism.nccl_patches.vplan import device_lanes
+
 from ..memtrack import untracked
 from .base import CommEngine, CommRequest, GroupHandle
+from .device_path import DeviceLanes
+from .passthrough import PassthroughEngine
 
 __all__ = ["LiveEngine", "live_result_path"]
 
@@ -124,6 +129,9 @@ class LiveEngine(CommEngine):
         out_dir: str = ".",
         capture_dir: str | None = None,
         timeout_s: float = 300.0,
+        device_path: str = "host",
+        device_index: int = 0,
+        graph_dir: str | None = None,
     ) -> None:
         self.rank = rank
         self.sandbox = frozenset(range(world_size) if sandbox is None else sandbox)
@@ -145,6 +153,23 @@ class LiveEngine(CommEngine):
         self._first_done_unix_s: float | None = None
         self._capture_meta: list[dict] = []
         self._capture_tensors: dict[str, torch.Tensor] = {}
+        self._lanes: DeviceLanes | None = None
+        self._real: PassthroughEngine | None = None
+        if device_path in ("nccl", "lanes"):
+            if not graph_dir:
+                raise PrismError("live engine: the nccl device path needs the graph (graph_dir)")
+            graph = read_graph(graph_dir)
+            members = {gid: g.ranks for gid, g in graph.groups.items()}
+            lanes = device_lanes(graph.nodes.get(rank, ()), rank, members, self.sandbox, num_replayers)
+            del graph
+            device = torch.device("cuda", device_index) if device_path == "nccl" else torch.device("cpu")
+            self._lanes = DeviceLanes(rank=rank, device=device, lanes=lanes,
+                                      store_factory=self._transport_store, timeout_s=timeout_s)
+            if device_path == "nccl":
+                # Groups of sandbox ranks only run the real backend among them (no vrank takes
+                # part): their ops are what the real job's are, on the real links.
+                self._real = PassthroughEngine(cuda_backend="nccl", timeout_s=timeout_s)
+        self._real_groups: set[str] = set()
 
     # ------------------------------------------------------------------------------ plumbing
 
@@ -174,7 +199,25 @@ class LiveEngine(CommEngine):
         me = req.group.global_rank
         return (me, req.peer) if req.op is CommOp.SEND else (req.peer, me)
 
+    def create_group(self, group: GroupHandle, store: object) -> None:
+        if self._lanes is None:
+            return
+        if self._real is not None and group.size > 1 and all(r in self.sandbox for r in group.ranks):
+            self._real.create_group(group, store)
+            self._real_groups.add(group.group_id)
+        elif self._lanes.has_vranks(group.group_id):
+            self._lanes.open_group(group.group_id)
+
     def submit(self, request: CommRequest) -> torch.futures.Future:
+        if self._lanes is not None:
+            if request.group.group_id in self._real_groups:
+                future = self._real.submit(request)
+                self._first_done()
+                return future
+            if (lane := self._lanes.lane_for(request)) is not None:
+                future = self._lanes.submit(request, lane)
+                self._first_done()
+                return future
         future: torch.futures.Future = torch.futures.Future()
         p2p = request.op in (CommOp.SEND, CommOp.RECV)
         gid = request.group.group_id
@@ -229,11 +272,14 @@ class LiveEngine(CommEngine):
             return
         self._complete(future, req)
 
-    def _complete(self, future: torch.futures.Future, req: CommRequest) -> None:
+    def _first_done(self) -> None:
         if self._first_done_unix_s is None:
             with self._lock:
                 if self._first_done_unix_s is None:
                     self._first_done_unix_s = time.time()
+
+    def _complete(self, future: torch.futures.Future, req: CommRequest) -> None:
+        self._first_done()
         future.set_result(req.outputs)
 
     # ------------------------------------------------------------------ send/recv posted at once
@@ -386,14 +432,21 @@ class LiveEngine(CommEngine):
         from ..shim import current_sandbox  # the recorder holds the losses
 
         sandbox = current_sandbox()
+        lanes = self._lanes
+        if lanes is not None:
+            lanes.close()
+        if self._real is not None:
+            self._real.shutdown()
         result = {
             "rank": self.rank,
-            "num_ops": self._num_ops,
+            "device_path": ("nccl" if lanes.device.type == "cuda" else "lanes") if lanes is not None else "host",
+            "num_lanes": lanes.num_lanes if lanes is not None else 0,
+            "num_ops": self._num_ops + (lanes.num_ops if lanes is not None else 0),
             "diverged_ops": self._diverged,
             "num_transports": len(self._transports),
             "num_connections": sum(t.pg.size() - 1 for t in self._transports.values()),
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            "traffic_bytes": self._traffic_bytes,
+            "traffic_bytes": self._traffic_bytes + (lanes.traffic_bytes if lanes is not None else 0),
             "first_op_done_unix_s": self._first_done_unix_s,
             "losses": list(sandbox.recorder.losses) if sandbox else [],
             "step_times_ns": list(sandbox.recorder.step_times_ns) if sandbox else [],

@@ -86,6 +86,7 @@ class PassthroughEngine(CommEngine):
         self._nccl: dict[str, object] = {}
         self._stores: dict[str, object] = {}
         self._waiters: dict[tuple, queue.SimpleQueue] = {}
+        self._observer_streams: dict[int | None, torch.cuda.Stream] = {}
         self._lock = threading.Lock()
 
     def create_group(self, group: GroupHandle, store) -> None:
@@ -113,6 +114,8 @@ class PassthroughEngine(CommEngine):
             works = self._start(pg, staged or req)
         futures = [self._future_of(w, req) for w in works]
         done = torch.futures.collect_all(futures) if len(futures) != 1 else futures[0]
+        if not isinstance(pg, dist.ProcessGroupGloo) and works:
+            self._observe_nccl(req, works, futures)
         size = req.group.size
 
         def finish(f):
@@ -132,6 +135,28 @@ class PassthroughEngine(CommEngine):
             return req.outputs
 
         return done.then(finish)
+
+    def _observe_nccl(self, req: CommRequest, works: list, futures: list) -> None:
+        """The recorder's view of a real NCCL op without synchronizing: its end on the device is an
+        event on a private stream that waits for the op's CUDA futures (the compute and NCCL
+        streams are untouched). ``Work.wait()`` of the script goes to the real works, so
+        ProcessGroupNCCL releases its stash of the op's tensors exactly as it would unobserved."""
+        device = (req.inputs or req.outputs)[0].device
+        stream = self._observer_streams.get(device.index)
+        if stream is None:
+            stream = self._observer_streams[device.index] = torch.cuda.Stream(device)
+        with torch.cuda.stream(stream):
+            for f in futures:
+                f.wait()
+            end = torch.cuda.Event(enable_timing=True)
+            end.record(stream)
+        req.extra["end_event"] = end
+
+        def wait() -> None:
+            for w in works:
+                w.wait()
+
+        req.extra["wait"] = wait
 
     def _future_of(self, work, req: CommRequest) -> torch.futures.Future:
         try:

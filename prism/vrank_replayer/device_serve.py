@@ -1,0 +1,288 @@
+"""The replayer's side of the GPU data path (``nccl`` layout, :mod:`prism.sandbox.engines.device_path`).
+
+The replayer runs on an assistant GPU. For each op of a channel it receives the sandbox ranks'
+inputs over their lanes, runs the pruned collective in this process on the device
+(:func:`~prism.nccl_patches.pruned.run_in_process`: each sandbox rank's real combine steps with
+the data it sent, the neighbor vranks' recorded partials and compensation), waits until the
+vranks are due (the clock: the timed graph's calibrated times in an emulation, at once in a
+calibration slice), and sends each sandbox rank its outputs. A transfer that the local link
+finishes early is therefore held until the calibrated time without any GPU spinning (the send is
+not enqueued before it is due); one that arrives later than due is counted (``late_ops``).
+
+The recorded data of every op served is moved to the assistant GPU before the first op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import logging
+import threading
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from prism.graph.records import CommOp, Node
+from prism.nccl_patches import neighbor_ranks, pruned_steps
+from prism.nccl_patches.compensation import RecordedCollective
+from prism.nccl_patches.parties import NeighborParty, SandboxParty
+from prism.nccl_patches.pruned import run_in_process
+from prism.nccl_patches.schedule import Algo
+from prism.nccl_patches.vplan import Lane, receives_output, sends_input
+
+from .clock import AsapClock
+from .plan import Channel
+
+__all__ = ["DeviceServer", "to_device"]
+
+log = logging.getLogger(__name__)
+
+_SANDBOX_END = 0
+
+
+def to_device(rec: RecordedCollective, device: torch.device) -> RecordedCollective:
+    def move(d):
+        return {k: v.to(device) for k, v in d.items()}
+
+    return dataclasses.replace(rec, inputs=move(rec.inputs), outputs=move(rec.outputs),
+                               entry_partials=move(rec.entry_partials), subtree_partials=move(rec.subtree_partials))
+
+
+class DeviceServer:
+    """Lanes and per-channel serving of one replayer on one GPU."""
+
+    def __init__(self, *, index: int, device_index: int, lanes: list[Lane], sandbox: frozenset[int],
+                 store_factory: Callable[[], dist.Store], timeout_s: float, clock, records) -> None:
+        self.index = index
+        self.device = torch.device("cuda", device_index) if device_index >= 0 else torch.device("cpu")
+        self._cuda = self.device.type == "cuda"
+        self.sandbox = sandbox
+        self._lanes_planned = lanes
+        self._store_factory = store_factory
+        self._timeout = datetime.timedelta(seconds=timeout_s)
+        self._clock = clock
+        self._timed = not isinstance(clock, AsapClock)
+        self._records = records
+        """(channel, node) -> the op's records (per part), on the host."""
+        self._pgs: dict[Lane, dist.ProcessGroup] = {}
+        self._on_device: dict[tuple, list[RecordedCollective]] = {}
+        self._lock = threading.Lock()
+        self.diverged: dict[int, list[dict]] = {}
+        self.num_ops = 0
+        self.traffic_bytes = 0
+        self.late_ops = 0
+
+    # -------------------------------------------------------------------------- connections
+
+    def connect_all(self) -> None:
+        """Open and warm up every lane (one thread each: the sandbox ranks open theirs in their own
+        order, while the script creates its groups)."""
+        self._set_device()
+        errors: list[BaseException] = []
+
+        def connect(lane: Lane) -> None:
+            try:
+                self._set_device()
+                store = dist.PrefixStore(lane.prefix + "/", self._store_factory())
+                if self._cuda:
+                    opts = dist.ProcessGroupNCCL.Options()
+                    opts._timeout = self._timeout
+                    pg = dist.ProcessGroupNCCL(store, 1, 2, opts)
+                else:
+                    pg = dist.ProcessGroupGloo(store, 1, 2, self._timeout)
+                probe = torch.zeros(1, device=self.device)
+                pg.recv([probe], _SANDBOX_END, 0).wait()
+                pg.send([probe], _SANDBOX_END, 0).wait()
+                self._sync()
+                with self._lock:
+                    self._pgs[lane] = pg
+            except BaseException as e:  # noqa: BLE001 - re-raised below
+                errors.append(e)
+
+        threads = [threading.Thread(target=connect, args=(ln,), name=f"prism-lane-{ln.prefix}", daemon=True)
+                   for ln in self._lanes_planned]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+
+    def _set_device(self) -> None:
+        if self._cuda:
+            torch.cuda.set_device(self.device)
+
+    def _sync(self) -> None:
+        """Make the CPU wait for this thread's device work (nothing to wait for on CPU)."""
+        if self._cuda:
+            torch.cuda.current_stream().synchronize()
+
+    def preload(self, channels: list[Channel]) -> None:
+        """Every op's records on this GPU, before the first op."""
+        for ch in channels:
+            for node in ch.nodes:
+                self._on_device[(ch.name, node.seq)] = [to_device(r, self.device) for r in self._records(ch, node)]
+        self._sync()
+
+    def _recs(self, ch: Channel, node: Node) -> list[RecordedCollective]:
+        recs = self._on_device.pop((ch.name, node.seq), None)
+        return recs if recs is not None else [to_device(r, self.device) for r in self._records(ch, node)]
+
+    def _pg(self, ch: Channel, sandbox_rank: int) -> dist.ProcessGroup:
+        lane = Lane(ch.group_id, sandbox_rank, ch.src, ch.dst)
+        return self._pgs[lane]
+
+    # ------------------------------------------------------------------------------ serving
+
+    def serve(self, ch: Channel) -> None:
+        self._set_device()
+        # A stream per channel: the legacy default stream would serialize the channels.
+        stream = torch.cuda.stream(torch.cuda.Stream(self.device)) if self._cuda else contextlib.nullcontext()
+        with torch.no_grad(), stream:
+            for node in ch.nodes:
+                if ch.is_p2p:
+                    self._message(ch, node)
+                else:
+                    self._collective(ch, node)
+                with self._lock:
+                    self.num_ops += 1
+
+    def _message(self, ch: Channel, node: Node) -> None:
+        recs = self._recs(ch, node)
+        if ch.src in self.sandbox:  # the sandbox rank sends to a vrank: take the message
+            pg = self._pg(ch, ch.src)
+            self._clock.wait_until_issue(ch.dst, node)  # an NCCL send completes once it is received
+            works = []
+            for rec in recs:
+                m = rec.outputs.get(rec.peer, rec.inputs.get(rec.root))
+                buf = torch.empty(m.numel(), dtype=m.dtype, device=self.device)
+                works.append(pg.recv([buf], _SANDBOX_END, 0))
+                self.traffic_bytes += buf.numel() * buf.element_size()
+            for w in works:
+                w.wait()
+            self._completed(ch.dst, node)
+            return
+        pg = self._pg(ch, ch.dst)
+        self._clock.wait_until_issue(ch.src, node)
+        works = []
+        for rec in recs:
+            m = rec.outputs[rec.peer]
+            works.append(pg.send([m.contiguous()], _SANDBOX_END, 0))
+            self.traffic_bytes += m.numel() * m.element_size()
+        for w in works:
+            w.wait()
+        self._completed(ch.src, node)
+
+    def _completed(self, vrank: int, node: Node) -> None:
+        if self._timed:  # the clock re-anchors on the real completion: the CPU must see it
+            self._sync()
+        self._clock.on_complete(vrank, node)
+
+    def _collective(self, ch: Channel, node: Node) -> None:
+        recs = self._recs(ch, node)
+        n = len(ch.members)
+        sb = [g for g, r in enumerate(ch.members) if r in self.sandbox]
+        op = node.op
+        root = ch.members.index(node.peer) if node.peer >= 0 and node.peer in ch.members else 0
+        received: dict[tuple[int, int], torch.Tensor] = {}
+        works = []
+        for g in sb:  # per lane in part order: what the sandbox rank sends, in its order
+            if not sends_input(op, g, root):
+                continue
+            pg = self._pg(ch, ch.members[g])
+            for i, rec in enumerate(recs):
+                buf = torch.empty(_input_numel(rec, g), dtype=_dtype(rec), device=self.device)
+                works.append(pg.recv([buf], _SANDBOX_END, 0))
+                received[(i, g)] = buf
+        for w in works:
+            w.wait()
+        outputs: dict[tuple[int, int], torch.Tensor] = {}
+        vranks: set[int] = set()
+        for i, rec in enumerate(recs):
+            parties = []
+            for g in sb:
+                data = received.get((i, g))
+                if data is None:  # nothing to contribute (broadcast non-root, barrier)
+                    data = _placeholder(rec, g, self.device)
+                elif rec.algo is Algo.DIRECT_ALL_TO_ALL:
+                    data = data.view(sum(rec.in_splits[g]), rec.row_numel)
+                kw = {}
+                if rec.algo is Algo.DIRECT_ALL_TO_ALL:
+                    kw = dict(in_splits=rec.in_splits[g], out_splits=rec.out_splits[g])
+                party = SandboxParty(rec.algo, g, data, group_size=n, reduce_op=rec.reduce_op, root=rec.root,
+                                     peer=rec.peer, recorded=rec, **kw)
+                if party.diverged:
+                    with self._lock:
+                        self.diverged.setdefault(ch.members[g], []).append(
+                            {"key": f"{ch.group_id}/{node.seq}", "op": op.value})
+                parties.append(party)
+            pruned = pruned_steps(rec)
+            hosted = neighbor_ranks(rec, pruned)
+            if hosted:
+                parties.append(NeighborParty(rec, hosted, pruned))
+                vranks |= {ch.members[v] for v in hosted}
+            run_in_process(parties)
+            for g, party in zip(sb, parties, strict=False):
+                out = party.output()
+                if out is not None:
+                    outputs[(i, g)] = out
+        for v in sorted(vranks):
+            self._clock.wait_until_issue(v, node)
+        works = []
+        for g in sb:
+            if not receives_output(op, g, root):
+                continue
+            pg = self._pg(ch, ch.members[g])
+            for i in range(len(recs)):
+                out = outputs[(i, g)].contiguous()
+                works.append(pg.send([out], _SANDBOX_END, 0))
+                self.traffic_bytes += out.numel() * out.element_size()
+        for w in works:
+            w.wait()
+        if vranks and self._timed:
+            self._sync()
+        for v in sorted(vranks):
+            self._clock.on_complete(v, node)
+
+    def close(self) -> None:
+        if self._cuda:
+            torch.cuda.synchronize(self.device)
+        for pg in self._pgs.values():
+            try:
+                pg.shutdown()
+            except Exception:  # noqa: BLE001 - the run is over; a peer may be gone already
+                log.debug("lane shutdown failed", exc_info=True)
+        self._pgs.clear()
+
+
+def _dtype(rec: RecordedCollective) -> torch.dtype:
+    some = next(iter([*rec.inputs.values(), *rec.outputs.values()]), None)
+    return torch.int32 if some is None else some.dtype
+
+
+def _input_numel(rec: RecordedCollective, g: int) -> int:
+    if rec.algo is Algo.DIRECT_ALL_TO_ALL:
+        return sum(rec.in_splits[g]) * rec.row_numel
+    if g in rec.inputs:
+        return rec.inputs[g].numel()
+    return rec.outputs[g].numel()
+
+
+def _placeholder(rec: RecordedCollective, g: int, device: torch.device) -> torch.Tensor:
+    if g in rec.outputs:
+        return torch.zeros(rec.outputs[g].numel(), dtype=rec.outputs[g].dtype, device=device)
+    return torch.zeros(1, dtype=torch.int32, device=device)
+
+
+def lanes_of_replayer(graph, sandbox: frozenset[int], index: int, num_replayers: int) -> list[Lane]:
+    """The lanes replayer ``index`` serves: those its sandbox ranks open towards it."""
+    from prism.nccl_patches.vplan import device_lanes  # noqa: PLC0415
+
+    members = {gid: g.ranks for gid, g in graph.groups.items()}
+    lanes = []
+    for s in sorted(sandbox):
+        lanes += [ln for ln, rep in device_lanes(graph.nodes.get(s, ()), s, members, sandbox, num_replayers)
+                  if rep == index]
+    return lanes

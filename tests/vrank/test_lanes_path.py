@@ -1,0 +1,60 @@
+"""The GPU data path's protocol, on CPU: with ``device_path="lanes"`` every op a sandbox rank has
+with vranks is delegated over one ordered lane to the replayer (inputs out, outputs back, the
+pruned collective run in the replayer), as the ``nccl`` path does between a sandbox GPU and an
+assistant GPU. The emulated ranks' losses equal the collected run's bitwise, op counts match, and
+sandbox-only traffic goes nowhere else."""
+
+import dataclasses
+import math
+
+import pytest
+
+from prism.coordinator import CollectOptions, collect_job
+from prism.core.config import ValuesPolicy, load_job
+from prism.core.errors import PrismError
+from prism.core.layout import device_layout
+from prism.vrank_replayer import EmulateOptions, emulate
+from tests.conftest import EXAMPLE_JOBS
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.slow
+def test_delegated_lanes_reproduce_the_collected_values_bitwise(tmp_path):
+    # hybrid: FSDP2 all-gathers/reduce-scatters, TP all-reduces, pipeline sends/recvs with vrank
+    # neighbours (rank 5 is on the last stage, the only one with a loss).
+    sandbox = (2, 5)
+    job = load_job(EXAMPLE_JOBS["hybrid"])
+    job = dataclasses.replace(job, values=ValuesPolicy(ranks=",".join(map(str, sandbox))))
+    collected = collect_job(job, tmp_path / "run", CollectOptions(slots=2, timeout_s=600)).graph
+    result = emulate(tmp_path / "run", EmulateOptions(ranks=sandbox, timeout_s=300, device_path="lanes"))
+    assert result.extra["layout"] == "cpu"
+    for r in sandbox:
+        got, want = result.ranks[r], collected.summaries[r].losses
+        assert got.num_ops == len(collected.comm_nodes(r))
+        assert got.diverged_ops == ()
+        assert all((math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(got.losses, want, strict=True)), \
+            (r, got.losses, want)
+    assert not math.isnan(result.ranks[5].losses[0]), "the last stage has a loss"
+    assert result.replayers[0].num_ops > 0
+
+
+def test_default_layouts_on_one_two_and_eight_gpus():
+    one = device_layout("cuda", 1, (0,), 1)
+    assert one.path == "host" and one.rank_gpu == {0: 0} and one.replayer_gpu == (0,)
+    two = device_layout("cuda", 2, (0,), 1)
+    assert two.path == "nccl" and two.rank_gpu == {0: 0} and two.replayer_gpu == (1,)
+    eight = device_layout("cuda", 8, (2, 5), 2)
+    assert eight.path == "nccl" and eight.rank_gpu == {2: 0, 5: 1} and eight.replayer_gpu == (6, 7)
+    shared = device_layout("cuda", 2, (0, 1), 1)  # two sandbox ranks and a replayer on two GPUs
+    assert shared.path == "host"
+    assert device_layout("cpu", 0, (0,), 1).path == "host"
+    assert device_layout("cpu", 0, (0,), 1, path="lanes").path == "lanes"
+
+
+def test_layout_errors_name_the_gpus():
+    with pytest.raises(PrismError, match="assistant GPUs: \\[3\\] outside 0-1"):
+        device_layout("cuda", 2, (0,), 1, assistant_gpus=(3,))
+    with pytest.raises(PrismError, match="NCCL refuses two ranks on one GPU"):
+        device_layout("cuda", 1, (0,), 1, path="nccl")
+    with pytest.raises(PrismError, match="device: cpu"):
+        device_layout("cpu", 0, (0,), 1, path="nccl")
