@@ -2,6 +2,8 @@
 
     python bench/opwatch_overhead.py [--ops 2000] [--steps 5] [--repeats 3] [--out FILE.json]
 
+(``--repeats 0``: parts 1 and 2 only, printed, no JSON written.)
+
 1. Script thread: ``OpPublisher.issued`` + ``completed`` (what ``PrismProcessGroup._issue`` adds to
    every op), timed in a loop. Parts 1 and 2 count the thread's CPU time (``thread_time_ns``): on a
    shared machine the wall time mostly measures the neighbours.
@@ -109,6 +111,8 @@ def main() -> None:
     result = {"script_thread_ns_per_op": script_thread_ns(),
               "publisher_thread_ns_per_op": {str(b): publisher_thread_ns(b) for b in (10, 1000)}}
     print(json.dumps(result), flush=True)
+    if ns.repeats == 0:  # parts 1 and 2 only
+        return
     samples = {mode: {"wall_us": [], "cpu_us": []} for mode in ("off", "on")}
     for _ in range(ns.repeats):
         for mode in ("off", "on"):

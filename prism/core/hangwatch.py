@@ -23,10 +23,13 @@ Lines of the protocol (tab-separated, one op per line, several lines per queue i
                                         monotonic clock (``time.perf_counter_ns``)
 ``C <token> <token> ...``                ops that completed
 ``F``                                   the rank's program ended successfully (it issues nothing more)
+``X <time_ns> <traceback as JSON>``       the rank's program failed (pushed before its engine shuts
+                                        down, so before its peers fail on the lost connections)
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -44,6 +47,7 @@ Reference = Callable[[int, str], "tuple[str, str] | None"]
 """``(rank, op key) -> (fingerprint, description)`` of the op a rank's unwatched peers expect."""
 _MAX_PENDING_SHOWN = 4
 _MAX_INSTANCES_SHOWN = 8
+_MISMATCH_GRACE_S = 2.0
 
 
 def rank_timeout_s(timeout_s: float) -> float:
@@ -83,6 +87,8 @@ class _Rank:
     last: _Op | None = None
     num_issued: int = 0
     finished: bool = False
+    failed: tuple[int, str] | None = None
+    """(when, traceback) if the rank's program raised."""
 
 
 class HangWatcher:
@@ -103,6 +109,8 @@ class HangWatcher:
         self._next_poll = 0.0
         self._lost = False
         self._mismatched: list[str] = []
+        self._mismatch_seen: float | None = None
+        self._deadlock_seen: dict[str, float] = {}
         self._deadlocked: list[str] = []
 
     # -- the supervision loop's side ----------------------------------------------------------------
@@ -140,9 +148,14 @@ class HangWatcher:
         last = lines[-1] if lines else f"exit code {error.exit_code}"
         then = f"(then {who or f'rank {error.rank}'} failed: {last[:200]}{'…' if len(last) > 200 else ''})"
         try:
-            self.poll()
+            self.poll(now=True)
         except MismatchError as cause:
             return MismatchError(f"{cause}\n{then}")
+        first = min(((s.failed, r) for r, s in self._ranks.items() if s.failed), default=None)
+        if first is not None and first[1] != error.rank:
+            # A peer's lost connection was seen first; the rank whose program raised first is the cause.
+            (_, text), rank = first
+            return RankFailedError(rank, f"{text.rstrip()}\n{then}", exit_code=1)
         if reference is None:
             return error
         for rank, state in sorted(self._ranks.items()):
@@ -155,24 +168,38 @@ class HangWatcher:
                         f"{then}\n{self.report()}")
         return error
 
-    def poll(self) -> None:
+    def poll(self, *, now: bool = False) -> None:
         """Read every rank's queue, then raise MismatchError if ranks disagree or a finished rank
-        never issued an op its peers wait in."""
+        never issued an op its peers wait in. A disagreement is reported once every watched member
+        has issued the op, or ``_MISMATCH_GRACE_S`` after it was seen (or at once with ``now``), so
+        that the report can say which ranks are the odd ones out."""
         for rank in self._ranks:
             self._drain(rank)
         if self._mismatched:
-            raise MismatchError(self._mismatch_text(self._mismatched[0]))
+            key = self._mismatched[0]
+            inst = self._instances[key]
+            if self._mismatch_seen is None:
+                self._mismatch_seen = time.monotonic()
+            if now or inst.seen() >= inst.expected or time.monotonic() - self._mismatch_seen > _MISMATCH_GRACE_S:
+                raise MismatchError(self._mismatch_text(key))
+        keep = []
         for key in self._deadlocked:
             inst = self._instances.get(key)
             gone = sorted(r for r in inst.expected - inst.seen() if self._ranks[r].finished) if inst else ()
             if gone:
+                # Report once every member that can still issue it has (or after the grace).
+                first = self._deadlock_seen.setdefault(key, time.monotonic())
+                live = {r for r in inst.expected if not self._ranks[r].finished}
+                if not (now or inst.seen() >= live or time.monotonic() - first > _MISMATCH_GRACE_S):
+                    keep.append(key)
+                    continue
                 op = next(iter(inst.by_fp.values()))[0]
                 seen = sorted(inst.seen())
                 raise MismatchError(
                     f"deadlock: rank{'s' if len(gone) > 1 else ''} {format_rank_ranges(gone)} finished without "
                     f"issuing {op.detail}, which rank{'s' if len(seen) > 1 else ''} {format_rank_ranges(seen)} "
                     f"wait{'' if len(seen) > 1 else 's'} in\n{self.report()}")
-        self._deadlocked.clear()
+        self._deadlocked[:] = list(dict.fromkeys(keep))
 
     # -- reading the queues -------------------------------------------------------------------------
     def _drain(self, rank: int) -> None:
@@ -201,6 +228,9 @@ class HangWatcher:
         elif kind == "C":
             for tok in rest.split():
                 state.pending.pop(int(tok), None)
+        elif kind == "X":
+            time_ns, text = rest.split("\t", 1)
+            state.failed = (int(time_ns), json.loads(text))
         elif kind == "F":
             state.finished = True
             self._deadlocked.extend(self._instances)

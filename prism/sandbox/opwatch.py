@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import json
 import logging
 import os
 import threading
@@ -80,13 +81,13 @@ class OpPublisher:
             if not done and not issued:
                 return
             lines = [self._op_line(token, group) for token, group in issued]
-            finished = "F" in done
-            if finished:
-                done = [t for t in done if t != "F"]
+            ends = [t for t in done if not isinstance(t, int)]
+            if ends:
+                done = [t for t in done if isinstance(t, int)]
             if done:
                 lines.append("C\t" + " ".join(map(str, done)))
-            if finished:
-                lines.append("F")
+            for end in ends:
+                lines.append("F" if end == "F" else f"X\t{end[1]}\t{json.dumps(end[2])}")
             try:
                 if self._store is None:
                     host, _, port = self._addr.rpartition(":")
@@ -123,11 +124,14 @@ class OpPublisher:
         key_prefix, members = op_key(node, self._rank)
         return (key_prefix, f"{members}\t{fingerprint(node)}", *describe(node))
 
-    def close(self, *, finished: bool) -> None:
+    def close(self, *, finished: bool, error: str = "") -> None:
         """Push the rest and stop (the rank's program has ended; ``finished``: successfully, so it
-        will issue nothing more — a peer waiting for it waits forever)."""
+        will issue nothing more — a peer waiting for it waits forever; ``error``: it failed, with
+        this traceback)."""
         self._stop.set()
         self._thread.join(timeout=self._interval_s * 10)
         if finished:
             self._completed.append("F")
+        if error:
+            self._completed.append(("X", time.perf_counter_ns(), error))
         self.flush()

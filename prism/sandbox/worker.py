@@ -116,7 +116,11 @@ def run_rank(spec: WorkerSpec) -> RankRecord:
             publisher.close(finished=True)
     except BaseException as e:
         if publisher is not None:
-            publisher.close(finished=False)
+            # Before the engine shuts down (which makes peers fail on their lost connections): the
+            # launcher then knows which rank failed first, and why.
+            clean_exit = isinstance(e, SystemExit) and e.code in (None, 0)
+            publisher.close(finished=clean_exit, error="" if clean_exit else (
+                f"the script exited with sys.exit({e.code!r})\n" if isinstance(e, SystemExit) else traceback.format_exc()))
         # Leave what this rank knows before its engine shuts down: closing its connections makes
         # peers fail, and the first failure stops every process of the run.
         try:

@@ -107,3 +107,22 @@ def test_a_run_that_keeps_communicating_is_not_stopped_by_its_timeout(store):
         token += 1
         watcher.tick()
         time.sleep(0.05)
+
+
+def test_the_rank_whose_program_raised_first_is_named_when_a_peer_s_lost_connection_is_seen_first(store):
+    import json
+
+    from prism.core.errors import RankFailedError
+
+    watcher = HangWatcher(store, range(3), timeout_s=60)
+    boom = json.dumps("Traceback ...\nValueError: boom in rank 1")
+    lost = json.dumps("Traceback ...\nRuntimeError: Connection closed by peer")
+    publish(store, 1, f"X\t100\t{boom}")
+    publish(store, 0, f"X\t200\t{lost}")
+    peer = RankFailedError(0, "Traceback ...\nRuntimeError: Connection closed by peer", exit_code=1)
+    explained = watcher.explain_failure(peer)
+    assert isinstance(explained, RankFailedError) and explained.rank == 1
+    assert "ValueError: boom in rank 1" in explained.traceback_text
+    assert "(then rank 0 failed: RuntimeError: Connection closed by peer)" in explained.traceback_text
+    own = RankFailedError(1, "Traceback ...\nValueError: boom in rank 1", exit_code=1)
+    assert watcher.explain_failure(own) is own
