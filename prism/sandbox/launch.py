@@ -101,6 +101,8 @@ def launch_ranks(
     store_addr = ""
     # Watched ranks wait longer than the watcher's stall limit (prism.core.hangwatch.rank_timeout_s).
     rank_timeout = options.timeout_s if alone else rank_timeout_s(options.timeout_s)
+    # ... and publish their ops for it (prism.sandbox.opwatch reads the option by its name).
+    engine_options = dict(options.engine_options) if alone else {**options.engine_options, "opwatch": "1"}
     if not alone:
         store = dist.TCPStore(
             "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=rank_timeout)
@@ -117,7 +119,7 @@ def launch_ranks(
             rank = pending.pop(0)
             spec = worker_spec(job, rank, engine=options.engine, out_dir=str(work), store_addr=store_addr, alone=alone,
                                timeout_s=rank_timeout, cuda_backend=options.cuda_backend,
-                               engine_options=options.engine_options, clock_origin_ns=origin)
+                               engine_options=engine_options, clock_origin_ns=origin)
             path = work / f"spec-{rank:05d}.json"
             path.write_text(spec.to_json())
             sup.start(rank, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)], env)

@@ -7,7 +7,10 @@ recorder's node: kind, group, seq, shapes, dtype, call site) and pushes it as on
 queue in the store, over its own connection. :meth:`OpPublisher.close` pushes the rest
 synchronously, so the launcher knows every op of a rank whose process has exited.
 
-``PRISM_OPWATCH=0`` in the environment turns publication off (to measure its cost).
+A worker publishes when its launcher watches (engine option ``opwatch=1``, set by
+``prism.sandbox.launch`` and ``prism.vrank_replayer.launch``; not under torchrun's ``-m
+prism.record``, whose store nobody drains). ``PRISM_OPWATCH=0`` in the environment turns
+publication off (to measure its cost).
 """
 
 from __future__ import annotations
@@ -28,9 +31,13 @@ from prism.graph.opsig import describe, fingerprint, op_key
 
 from .engines.base import GroupHandle
 
-__all__ = ["OpPublisher", "enabled"]
+__all__ = ["OpPublisher", "enabled", "ENGINE_OPTION"]
 
 log = logging.getLogger(__name__)
+
+ENGINE_OPTION = "opwatch"
+"""A worker publishes when its launcher sets this engine option to "1" (the launcher watches)."""
+
 
 def enabled() -> bool:
     return os.environ.get("PRISM_OPWATCH", "1") != "0"

@@ -137,9 +137,10 @@ def run_rank(spec: WorkerSpec) -> RankRecord:
 
 
 def _publisher(spec: WorkerSpec, recorder):
-    """Publish every comm op to the launcher's store for its hang watcher, when the ranks meet in
-    one (``passthrough`` and ``live``; collect's coordinator watches by itself)."""
-    if not spec.shim.store_addr or spec.engine not in ("passthrough", "live") or not opwatch.enabled():
+    """Publish every comm op to the launcher's store for its hang watcher, when the launcher
+    watches (engine option ``opwatch``: prism's own launchers of ``passthrough`` and ``live`` ranks;
+    not under torchrun, whose store nobody drains; collect's coordinator watches by itself)."""
+    if not spec.shim.store_addr or spec.engine_options.get(opwatch.ENGINE_OPTION) != "1" or not opwatch.enabled():
         return None
     publisher = opwatch.OpPublisher(spec.shim.store_addr, spec.shim.rank, recorder.comm_node,
                                     timeout_s=spec.shim.timeout_s)

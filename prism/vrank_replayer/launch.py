@@ -235,7 +235,7 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     store, addr = _start_store(rank_timeout_s(options.timeout_s))
     launched = time.time()
     origin = time.perf_counter_ns()
-    opts = {"sandbox": ",".join(map(str, ranks)), "transport_store": addr,
+    opts = {"sandbox": ",".join(map(str, ranks)), "transport_store": addr, "opwatch": "1",
             "num_replayers": str(options.num_replayers), "recorded_dir": str(recorded),
             "capture_dir": options.capture_dir, "device_path": layout.path,
             "graph_dir": str(run.graph_dir(kind))}
@@ -346,7 +346,7 @@ def capture_job(job: JobConfig, run_dir: str | Path, *, derive_for: tuple[int, .
     store, addr = _start_store(rank_timeout_s(timeout_s))
     origin = time.perf_counter_ns()
     everyone = tuple(range(job.world_size))
-    opts = {"sandbox": "all", "transport_store": addr, "capture_dir": str(capture)}
+    opts = {"sandbox": "all", "transport_store": addr, "capture_dir": str(capture), "opwatch": "1"}
     starts = []
     for r in everyone:
         path = out / f"spec-{r:05d}.json"
