@@ -8,6 +8,7 @@ import sys
 
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 
 from prism.core.errors import PrismError, RankFailedError, RankOOMError
 
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         err.print(e.traceback_text.rstrip(), markup=False, highlight=False)
         return 1
     except PrismError as e:
-        err.print(f"[bold red]error:[/] {e}", markup=True, highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(e))}", markup=True, highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         err.print("interrupted")
