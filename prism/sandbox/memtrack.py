@@ -68,7 +68,8 @@ class StoragePeakTracker(TorchDispatchMode):
             self.current_bytes -= nbytes
 
     def _track(self, t: torch.Tensor) -> None:
-        if t.device.type != "cpu" or t.is_meta or type(t) is not torch.Tensor:
+        # is_cpu is false for meta and CUDA tensors (and costs 50 ns where device.type costs 250).
+        if not t.is_cpu or type(t) is not torch.Tensor:
             return
         storage = t.untyped_storage()
         nbytes = storage.nbytes()
@@ -93,13 +94,25 @@ class StoragePeakTracker(TorchDispatchMode):
                 f"{nbytes} bytes with {in_use} bytes tracked in use; cap {self.cap_bytes} bytes "
                 f"({self.cap_bytes - in_use} bytes free)")
 
+    def _track_all(self, items) -> None:
+        for item in items:
+            if isinstance(item, torch.Tensor):
+                self._track(item)
+            elif type(item) in (tuple, list):
+                self._track_all(item)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         # A comm backend's threads inherit the mode (ProcessGroupGloo restores the caller's
         # thread-local state in its workers), but what they allocate is the backend's.
-        if getattr(_backend, "inside", False) or threading.get_ident() != self._script_thread:
+        if threading.get_ident() != self._script_thread or getattr(_backend, "inside", False):
             return out
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor):
-                self._track(leaf)
+        # An op returns a tensor, a (nested) tuple/list of them, a scalar or None; walked by hand:
+        # pytree's tree_leaves costs 0.4 µs for one tensor, 2 µs for three.
+        if type(out) is torch.Tensor:
+            self._track(out)
+        elif type(out) in (tuple, list):
+            self._track_all(out)
+        elif not isinstance(out, (int, float, bool, complex, type(None))):
+            self._track_all(tree_leaves(out))
         return out
