@@ -40,3 +40,14 @@ def test_a_storage_made_outside_is_counted_from_the_first_op_that_returns_it():
         halves = base.split(128)
         assert tracker.current_bytes == 1024 and len(halves) == 2
     assert tracker.peak_bytes == 1024
+
+
+def test_a_compiled_function_under_the_tracker_runs_and_is_counted():
+    @torch.compile(backend="eager")
+    def f(a):
+        return (a * 2).sin()
+
+    with StoragePeakTracker() as tracker:
+        out = f(torch.ones(256))
+    assert torch.equal(out, torch.ones(256).mul(2).sin())
+    assert tracker.current_bytes >= 1024  # out (and the input) are counted
