@@ -20,7 +20,10 @@ BENCHMARKS = [
     ("vrank_scale.py", ["--repeats", "3"], "--out"),
     ("collect_templates.py", ["--compare-full"], "--json"),
     ("validate_models.py", [], "--out"),
-    ("emulate_fidelity.py", [], "--out"),  # the timing target needs ≥ 16 cores (docs/emulate.md)
+    ("emulate_fidelity.py", [], "--out"),
+    ("memtrack_cost.py", [], "--out"),
+    ("record_overhead.py", [], "--out"),
+    ("op_overhead.py", [], "--out"),  # the timing target needs ≥ 16 cores (docs/emulate.md)
 ]
 
 
