@@ -42,6 +42,7 @@ def test_a_storage_made_outside_is_counted_from_the_first_op_that_returns_it():
     assert tracker.peak_bytes == 1024
 
 
+@pytest.mark.timeout(300)  # imports and runs Dynamo
 def test_a_compiled_function_under_the_tracker_runs_and_is_counted():
     @torch.compile(backend="eager")
     def f(a):
