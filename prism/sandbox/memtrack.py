@@ -58,10 +58,11 @@ class StoragePeakTracker(TorchDispatchMode):
         versions), torch's wrapper stays."""
         try:
             from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
-        except ImportError:
+
+            code = cls.__dict__["__torch_dispatch__"].__code__
+            set_code_exec_strategy(code, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
+        except (ImportError, AttributeError, TypeError):  # another torch: its own wrapper
             return True
-        code = cls.__dict__["__torch_dispatch__"].__code__
-        set_code_exec_strategy(code, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
         return False
 
     def __init__(self, *, cap_bytes: int = 0, describe: Callable[[], str] = lambda: "") -> None:
