@@ -22,6 +22,9 @@ BENCHMARKS = [
     ("validate_models.py", [], "--out"),
     ("integrity_cost.py", [], "--out"),
     ("emulate_fidelity.py", [], "--out"),  # the timing target needs ≥ 16 cores (docs/emulate.md)
+    ("memtrack_cost.py", [], "--out"),
+    ("record_overhead.py", [], "--out"),
+    ("op_overhead.py", [], "--out"),
 ]
 
 
