@@ -23,6 +23,9 @@ BENCHMARKS = [
     ("faults.py", [], "--out"),  # the disk-full case mounts a tmpfs as root, else RLIMIT_FSIZE
     ("integrity_cost.py", [], "--out"),
     ("emulate_fidelity.py", [], "--out"),  # the timing target needs ≥ 16 cores (docs/emulate.md)
+    ("memtrack_cost.py", [], "--out"),
+    ("record_overhead.py", [], "--out"),
+    ("op_overhead.py", [], "--out"),
 ]
 
 

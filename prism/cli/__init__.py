@@ -3,3 +3,15 @@
 EXIT_OOM = 3
 """Exit code when a rank ran out of memory (a device OOM or the job's memory cap); 1: another rank
 failure; 2: bad input."""
+
+
+def add_timeout_argument(parser, *, default_s: float, what: str = "the run", stall: bool = True) -> None:
+    """``--timeout`` with its default in ``--help``, and what happens when it expires (``stall``:
+    the launcher's hang watcher counts it from the last comm op any rank issued or completed)."""
+    when = (f"seconds without progress (no rank issues or completes a comm op) before {what} is stopped"
+            if stall else f"seconds before {what} is stopped")
+    parser.add_argument(
+        "--timeout", type=float, default=default_s, metavar="SECONDS",
+        help=f"{when} (default: %(default).0f), printing every rank's pending comm op. Ranks that disagree on "
+             "an op (kind, group, seq, shapes, dtype), or a rank that finished while its peers wait for it, "
+             "stop it at once")

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from prism.vrank_replayer.calibrate_run import CalibrateResult, calibrate_run, mean_measured_ns
 
+from . import add_timeout_argument
 from .devices import add_device_arguments, device_options
 from .report import print_no_steps
 
@@ -23,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN", help="run directory (graph/bare or graph/real)")
     p.add_argument("--slice-size", type=int, default=2, help="ranks that run for real in each slice (S)")
     p.add_argument("--skip", type=int, default=None, help="warmup steps left out (default: iterations.warmup)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds before a slice is stopped")
+    add_timeout_argument(p, default_s=600.0, what="each slice (and the capture run)")
     p.add_argument("--json", dest="json_out", default=None, help="also write the per-rank rows as JSON here")
     add_device_arguments(p)
 

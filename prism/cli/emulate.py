@@ -17,7 +17,7 @@ from prism.core.units import parse_bytes
 from prism.vrank_replayer import EmulateOptions
 from prism.vrank_replayer.emulate_report import emulate_and_report
 
-from . import EXIT_OOM
+from . import EXIT_OOM, add_timeout_argument
 from .devices import add_device_arguments, device_options
 from .report import print_no_steps
 
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="steps to run (overrides the script's --steps)")
     p.add_argument("--replayers", type=int, default=1, help="replayer processes hosting the virtual ranks")
     p.add_argument("--graph", choices=("bare", "real"), default="", help="graph the replayers walk (default: bare if present)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the run is stopped")
+    add_timeout_argument(p, default_s=600.0)
     p.add_argument("--asap", action="store_true",
                    help="vranks answer as soon as they can, even when RUN/graph/timed exists (values only)")
     p.add_argument("--memory-cap", type=parse_bytes, default=None, metavar="SIZE",

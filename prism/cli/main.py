@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 
 from prism.core.errors import PrismError, RankFailedError, RankOOMError
 
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         err.print(e.traceback_text.rstrip(), markup=False, highlight=False)
         return 1
     except PrismError as e:
-        err.print(f"[bold red]error:[/] {e}", markup=True, highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(e))}", markup=True, highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt as e:
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT

@@ -9,6 +9,7 @@ from prism.core.config import load_job
 from prism.core.units import parse_bytes
 from prism.sandbox.recording import record_job
 
+from . import add_timeout_argument
 from .progress import rank_progress
 from .report import print_run_table
 
@@ -18,7 +19,7 @@ HELP = "record a real run of the job (ground truth)"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", required=True, help="job.yaml")
     p.add_argument("--out", required=True, help="run directory to write")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the run is stopped")
+    add_timeout_argument(p, default_s=600.0)
     p.add_argument("--cuda-backend", choices=("nccl", "gloo"), default="nccl",
                    help="real backend for CUDA tensors (gloo lets several ranks share one GPU)")
     p.add_argument("--memory-cap", type=parse_bytes, default=None, metavar="SIZE",

@@ -29,6 +29,7 @@ from prism.vrank_replayer.calibrate_run import calibrate_run, ensure_recorded
 from prism.vrank_replayer.emulate_report import emulate_and_report
 from prism.vrank_replayer.fidelity import PEAK_KINDS, losses_bitwise_equal, losses_equal, rank_fidelity, step_errors
 
+from . import add_timeout_argument
 from .devices import add_device_arguments, device_options
 from .report import print_no_steps, ranks_without_steps
 
@@ -43,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", required=True, help="sandbox ranks, e.g. 2,5")
     p.add_argument("--out", default=None, help="run directory (default: ./validate-<job name>)")
     p.add_argument("--slice-size", type=int, default=2, help="ranks per calibration slice")
-    p.add_argument("--timeout", type=float, default=600.0)
+    add_timeout_argument(p, default_s=600.0, what="each run (record, capture, each calibration slice, emulate)")
     p.add_argument("--no-torch-fake", action="store_true", help="leave out the fake process group column")
     p.add_argument("--json", dest="json_out", default=None, help="write the comparison as JSON here")
     add_device_arguments(p)

@@ -11,6 +11,7 @@ __all__ = [
     "RankFailedError",
     "RankOOMError",
     "MismatchError",
+    "HangError",
 ]
 
 
@@ -79,3 +80,7 @@ class RankOOMError(RankFailedError):
 
 class MismatchError(PrismError):
     """Ranks disagree about which collective comes next (a deadlock in the real job)."""
+
+
+class HangError(PrismError):
+    """A run made no progress until its timeout; the message holds every rank's pending op."""

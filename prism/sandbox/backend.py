@@ -49,6 +49,8 @@ class SandboxContext:
         self.world_size = world_size
         self.rank = rank
         self._lock = threading.Lock()
+        self.watch = None
+        """An ``opwatch.OpPublisher`` when the launcher watches for hangs, else None."""
         self._coll_seq: dict[str, int] = {}
         self._p2p_seq: dict[tuple[int, int, str], int] = {}
 
@@ -186,13 +188,20 @@ class PrismProcessGroup(dist.ProcessGroup):
         else:
             request.seq = ctx.next_collective_seq(self.handle.group_id)
         token = ctx.observer.on_issue(request)
+        watch = ctx.watch
+        if watch is not None:
+            watch.issued(token, self.handle)
         try:
             future = ctx.engine.submit(request)
         except Exception as e:
             future = torch.futures.Future()
             future.set_exception(e)
         extra = request.extra
-        future.add_done_callback(lambda _f: ctx.observer.on_complete(token, extra.get("end_event")))
+        if watch is None:
+            future.add_done_callback(lambda _f: ctx.observer.on_complete(token, extra.get("end_event")))
+        else:
+            future.add_done_callback(
+                lambda _f: (ctx.observer.on_complete(token, extra.get("end_event")), watch.completed(token)))
         return PrismWork(future, lambda: ctx.observer.on_wait(token), extra.get("wait"))
 
     def _req(self, op: CommOp, inputs, outputs, **kw) -> PrismWork:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import math
 import pickle
 import shutil
 import sys
@@ -25,6 +26,7 @@ import torch.distributed as dist
 from prism.core.config import JobConfig
 from prism.core.supervise import Supervisor, package_env
 from prism.core.errors import RankFailedError
+from prism.core.hangwatch import HangWatcher, rank_timeout_s
 from prism.core.workerspec import (WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, record_path,
                                    with_ooms)
 from prism.graph.records import Graph, RankRecord, merge_groups
@@ -101,9 +103,13 @@ def launch_ranks(
     log_dir = Path(options.log_dir) if options.log_dir else work / "logs"
     store = None
     store_addr = ""
+    # Watched ranks wait longer than the watcher's stall limit (prism.core.hangwatch.rank_timeout_s).
+    rank_timeout = options.timeout_s if alone else rank_timeout_s(options.timeout_s)
+    # ... and publish their ops for it (prism.sandbox.opwatch reads the option by its name).
+    engine_options = dict(options.engine_options) if alone else {**options.engine_options, "opwatch": "1"}
     if not alone:
         store = dist.TCPStore(
-            "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=options.timeout_s)
+            "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=rank_timeout)
         )
         store_addr = f"127.0.0.1:{store.port}"
     env = package_env()
@@ -116,28 +122,44 @@ def launch_ranks(
         while pending and len(sup.procs) < limit:
             rank = pending.pop(0)
             spec = worker_spec(job, rank, engine=options.engine, out_dir=str(work), store_addr=store_addr, alone=alone,
-                               timeout_s=options.timeout_s, cuda_backend=options.cuda_backend,
-                               engine_options=options.engine_options, clock_origin_ns=origin)
+                               timeout_s=rank_timeout, cuda_backend=options.cuda_backend,
+                               engine_options=engine_options, clock_origin_ns=origin)
             path = work / f"spec-{rank:05d}.json"
             path.write_text(spec.to_json())
             sup.start(rank, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)], env)
 
-    def on_done(_rank: int) -> None:
+    # The ranks of a real run publish their ops to the store; the watcher stops a mismatch or a
+    # deadlock at once and explains a timeout (prism.core.hangwatch).
+    watcher = HangWatcher(store, ranks, timeout_s=options.timeout_s) if store is not None else None
+
+    def on_done(rank: int) -> None:
         nonlocal finished
         finished += 1
+        if watcher is not None:
+            watcher.rank_finished(rank)
         if on_progress:
             on_progress(finished, len(ranks))
+
+    def tick(sup: Supervisor) -> None:
+        start_more(sup)
+        if watcher is not None:
+            watcher.tick()
 
     try:
         with Supervisor(error_dir=work, log_dir=log_dir) as sup:
             start_more(sup)
             try:
-                sup.wait_all(timeout_s=options.timeout_s, on_done=on_done, tick=lambda: start_more(sup))
+                # With a watcher the timeout is a stall: no rank issued or completed an op for that long.
+                sup.wait_all(timeout_s=math.inf if watcher is not None else options.timeout_s, on_done=on_done,
+                             tick=lambda: tick(sup))
             except RankFailedError as e:
                 oom = with_ooms(e, work)
-                if oom is e:
+                if oom is not e:
+                    raise oom from e
+                explained = watcher.explain_failure(e) if watcher is not None else e
+                if explained is e:
                     raise
-                raise oom from e
+                raise explained from e
         del store
         records = []
         for rank in ranks:

@@ -178,6 +178,10 @@ class Recorder:
             token = len(self._nodes) - 1
         return token
 
+    def comm_node(self, token: int) -> dict:
+        """The fields recorded for the comm op ``token`` (read by the hang watcher's publisher)."""
+        return self._nodes[token]
+
     def on_complete(self, token: int, end_event: torch.cuda.Event | None = None) -> None:
         """The op's outputs are final; on CUDA ``end_event`` (recorded on the op's stream after it)
         says when on the device."""

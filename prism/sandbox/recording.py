@@ -14,7 +14,7 @@ from pathlib import Path
 
 from prism.core.atomic import atomic_write_text
 from prism.core.config import JobConfig
-from prism.core.errors import RankFailedError, RankOOMError
+from prism.core.errors import HangError, MismatchError, RankFailedError, RankOOMError
 from prism.core.rundir import RunDir
 from prism.graph.io import write_graph
 from prism.graph.records import Graph, RankRecord
@@ -24,7 +24,7 @@ from .launch import LaunchOptions, assemble_graph, launch_ranks
 __all__ = ["record_job", "walk_rank", "failure_summary", "FAILURE_FILE"]
 
 FAILURE_FILE = "failure.json"
-"""Written into the run directory when ``record_job`` stops on a failing rank."""
+"""Written into the run directory when ``record_job`` stops on a failing rank, a mismatch or a hang."""
 _TAIL_LINES = 12
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,11 @@ def record_job(
         )
     except RankFailedError as e:
         atomic_write_text(failure, json.dumps(failure_summary(e), indent=1))
+        raise
+    except (MismatchError, HangError) as e:
+        lines = str(e).splitlines()
+        atomic_write_text(failure, json.dumps({"kind": "mismatch" if isinstance(e, MismatchError) else "hang",
+                                               "error": lines[0], "report": lines[1:]}, indent=1))
         raise
     graph = assemble_graph(job, records, kind="real")
     write_graph(graph, run.graph_dir("real"))

@@ -22,6 +22,8 @@ from prism.core.atomic import atomic_write_bytes, atomic_write_text
 from prism.core.workerspec import WorkerSpec, error_path, oom_path, record_path
 from prism.graph.records import RankRecord
 
+from . import backend as pg_backend
+from . import opwatch
 from .engines.base import ENGINE_NAMES, CommEngine
 from .memory import MemoryMeter
 from .profiling import RankProfiler
@@ -102,6 +104,7 @@ def run_rank(spec: WorkerSpec) -> RankRecord:
     if spec.observe_other_groups:
         _observe_other_groups(sandbox.recorder)
     recorder = sandbox.recorder
+    publisher = _publisher(spec, recorder)
     meter = MemoryMeter(spec.shim.device, cap_bytes=spec.memory_cap_bytes, rank=spec.shim.rank,
                         device_index=spec.shim.local_rank, current_step=lambda: recorder.current_step,
                         warmup_steps=spec.warmup_steps, measured_steps=spec.measured_steps)
@@ -111,7 +114,15 @@ def run_rank(spec: WorkerSpec) -> RankRecord:
     try:
         with meter.measuring(), profiler or contextlib.nullcontext():
             run_entrypoint(spec.entrypoint, spec.args, cwd=spec.cwd)
+        if publisher is not None:
+            publisher.close(finished=True)
     except BaseException as e:
+        if publisher is not None:
+            # Before the engine shuts down (which makes peers fail on their lost connections): the
+            # launcher then knows which rank failed first, and why.
+            clean_exit = isinstance(e, SystemExit) and e.code in (None, 0)
+            publisher.close(finished=clean_exit, error="" if clean_exit else (
+                f"the script exited with sys.exit({e.code!r})\n" if isinstance(e, SystemExit) else traceback.format_exc()))
         # Leave what this rank knows before its engine shuts down: closing its connections makes
         # peers fail, and the supervisor blames the process whose error file is the oldest.
         try:
@@ -132,6 +143,18 @@ def _finish(recorder, meter: MemoryMeter, engine: str, *, exit_code: int = 0) ->
     peaks = meter.peaks()
     return recorder.finish(peak_memory_bytes=peaks.run_bytes, measured_peak_memory_bytes=peaks.measured_bytes,
                            memory_source=peaks.source, engine=engine, exit_code=exit_code)
+
+
+def _publisher(spec: WorkerSpec, recorder):
+    """Publish every comm op to the launcher's store for its hang watcher, when the launcher
+    watches (engine option ``opwatch``: prism's own launchers of ``passthrough`` and ``live`` ranks;
+    not under torchrun, whose store nobody drains; collect's coordinator watches by itself)."""
+    if not spec.shim.store_addr or spec.engine_options.get(opwatch.ENGINE_OPTION) != "1" or not opwatch.enabled():
+        return None
+    publisher = opwatch.OpPublisher(spec.shim.store_addr, spec.shim.rank, recorder.comm_node,
+                                    timeout_s=spec.shim.timeout_s)
+    pg_backend.get_context().watch = publisher
+    return publisher
 
 
 def _leave_failure(spec: WorkerSpec, error: BaseException, meter: MemoryMeter, recorder,

@@ -20,8 +20,10 @@ import dataclasses
 import datetime
 import json
 import logging
+import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,11 +32,13 @@ import torch.distributed as dist
 
 from prism.core.config import JobConfig
 from prism.core.errors import PrismError, RankFailedError, RunDirError
+from prism.core.hangwatch import HangWatcher, rank_timeout_s
 from prism.core.layout import DeviceLayout, device_layout
 from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
 from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, with_ooms
 from prism.graph.io import read_graph, verify_graph
+from prism.graph.opsig import recorded_ops
 from prism.nccl_patches.algorithms import policy_from_env
 from prism.nccl_patches.recorded_store import check_files, derive_from_capture, recorded_dir
 from prism.nccl_patches.restrict_store import derive_subset, find_superset_dir
@@ -167,18 +171,40 @@ def _start_store(timeout_s: float) -> tuple[dist.TCPStore, str]:
     return store, f"127.0.0.1:{store.port}"
 
 
-def _supervise(out_dir: Path, world_size: int, starts: list[tuple[int, list[str]]], timeout_s: float) -> None:
+def _supervise(out_dir: Path, world_size: int, starts: list[tuple[int, list[str]]], timeout_s: float,
+               store: dist.TCPStore, recorded: Callable[[], dict] | None = None) -> None:
+    """Run the workers and replayers; ``recorded()`` gives the sandbox ranks' recorded ops
+    (``prism.graph.opsig.recorded_ops``), read only when a process fails, to name an op that
+    differs from what the virtual ranks replay."""
     env = package_env()
+    # The sandbox ranks publish their ops to the store: ranks that disagree on an op stop the run at
+    # once, a timeout names every sandbox rank's pending op (prism.core.hangwatch). Replayers
+    # (keys >= world_size) walk the graph and publish nothing.
+    watcher = HangWatcher(store, [key for key, _ in starts if key < world_size], timeout_s=timeout_s)
     with Supervisor(error_dir=out_dir, log_dir=out_dir / "logs") as sup:
         for key, argv in starts:  # replayer i runs under key world_size + i
             sup.start(key, argv, env, name=f"replayer {key - world_size}" if key >= world_size else "")
         try:
-            sup.wait_all(timeout_s=timeout_s)
+            # The timeout is a stall (no sandbox rank issued or completed an op for that long).
+            sup.wait_all(timeout_s=math.inf, on_done=watcher.rank_finished, tick=watcher.tick)
         except RankFailedError as e:
             oom = with_ooms(e, out_dir)  # a peer (or a replayer) may fail first on its lost connection
             if oom is not e:
                 raise oom from e
+            explained = watcher.explain_failure(e, _reference(recorded) if recorded else None,
+                                                who=f"replayer {e.rank - world_size}" if e.rank >= world_size else "")
+            if explained is not e:
+                raise explained from e
             raise
+
+
+def _reference(recorded: Callable[[], dict]):
+    try:
+        ops = recorded()
+    except PrismError:
+        log.debug("no recorded ops to compare with", exc_info=True)
+        return None
+    return lambda rank, key: ops.get((rank, key))
 
 
 def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
@@ -206,17 +232,19 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     out.mkdir(parents=True, exist_ok=True)
     layout = _layout(job, ranks, options)
     log.info("layout: %s", layout.describe())
-    store, addr = _start_store(options.timeout_s)
+    # Ranks and replayers wait longer than the hang watcher's stall limit (it explains a stall).
+    store, addr = _start_store(rank_timeout_s(options.timeout_s))
     launched = time.time()
     origin = time.perf_counter_ns()
-    opts = {"sandbox": ",".join(map(str, ranks)), "transport_store": addr,
+    opts = {"sandbox": ",".join(map(str, ranks)), "transport_store": addr, "opwatch": "1",
             "num_replayers": str(options.num_replayers), "recorded_dir": str(recorded),
             "capture_dir": options.capture_dir, "device_path": layout.path,
             "graph_dir": str(run.graph_dir(kind))}
     starts = []
     for r in ranks:
         path = out / f"spec-{r:05d}.json"
-        path.write_text(_worker_spec(job, r, present=ranks, store_addr=addr, out_dir=out, timeout_s=options.timeout_s,
+        path.write_text(_worker_spec(job, r, present=ranks, store_addr=addr, out_dir=out,
+                                     timeout_s=rank_timeout_s(options.timeout_s),
                                      engine_options=opts, origin_ns=origin, gpu=layout.rank_gpu.get(r),
                                      profile_dir=str(out / PROFILE_DIR) if options.profile else "").to_json())
         starts.append((r, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)]))
@@ -224,13 +252,14 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
         spec = ReplayerSpec(index=i, num_replayers=options.num_replayers, sandbox=ranks,
                             graph_dir=str(run.graph_dir(kind)), recorded_dir=str(recorded), transport_store=addr,
                             out_dir=str(out), supervisor_key=job.world_size + i, steps=options.steps,
-                            timeout_s=options.timeout_s, timed_graph_dir=options.timed_graph_dir,
+                            timeout_s=rank_timeout_s(options.timeout_s), timed_graph_dir=options.timed_graph_dir,
                             device_path=layout.path,
                             device_index=layout.replayer_gpu[i] if layout.replayer_gpu else -1)
         path = out / f"replayer-{i:03d}.spec.json"
         path.write_text(spec.to_json())
         starts.append((job.world_size + i, [sys.executable, "-m", REPLAYER_MODULE, "--spec", str(path)]))
-    _supervise(out, job.world_size, starts, options.timeout_s)
+    _supervise(out, job.world_size, starts, options.timeout_s, store,
+               recorded=lambda: recorded_ops(read_graph(run.graph_dir(kind)), ranks))
     wall = time.time() - launched
     del store
     result = _collect_results(out, job.world_size, ranks, options.num_replayers, launched, wall, kind)
@@ -315,17 +344,18 @@ def capture_job(job: JobConfig, run_dir: str | Path, *, derive_for: tuple[int, .
     capture = run.root / "capture"
     out = capture / "workers"
     out.mkdir(parents=True, exist_ok=True)
-    store, addr = _start_store(timeout_s)
+    store, addr = _start_store(rank_timeout_s(timeout_s))
     origin = time.perf_counter_ns()
     everyone = tuple(range(job.world_size))
-    opts = {"sandbox": "all", "transport_store": addr, "capture_dir": str(capture)}
+    opts = {"sandbox": "all", "transport_store": addr, "capture_dir": str(capture), "opwatch": "1"}
     starts = []
     for r in everyone:
         path = out / f"spec-{r:05d}.json"
-        path.write_text(_worker_spec(job, r, present=everyone, store_addr=addr, out_dir=out, timeout_s=timeout_s,
+        path.write_text(_worker_spec(job, r, present=everyone, store_addr=addr, out_dir=out,
+                                     timeout_s=rank_timeout_s(timeout_s),
                                      engine_options=opts, origin_ns=origin).to_json())
         starts.append((r, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)]))
-    _supervise(out, job.world_size, starts, timeout_s)
+    _supervise(out, job.world_size, starts, timeout_s, store)
     del store
     if derive_for:
         derive_from_capture(run.root, capture, derive_for, tree_all_reduce=policy_from_env(job.env).tree_all_reduce)

@@ -247,6 +247,7 @@ class Replayer:
 
     def run(self) -> dict:
         start = time.time()
+        cpu_start = time.process_time()
         if self.device is not None:
             self.device.connect_all()
             self.device.preload(self.channels)
@@ -283,6 +284,7 @@ class Replayer:
             "traffic_bytes": self.traffic_bytes + (device.traffic_bytes if device is not None else 0),
             "first_op_done_unix_s": self.first_op_done_unix_s,
             "wall_s": time.time() - start,
+            "cpu_s": time.process_time() - cpu_start,  # all its threads: the cost of serving the ops
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         }
 

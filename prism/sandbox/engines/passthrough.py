@@ -47,13 +47,23 @@ _REDUCE_OPS = {
 }
 
 
+_OPTS_CACHE: dict[tuple, object] = {}
+
+
 def _reduce_opts(cls, reduce_op: str, **kw):
+    """The options object, made once per distinct value (the backend only reads it; building one
+    costs more than the rest of a small op's bookkeeping)."""
+    key = (cls, reduce_op, *kw.items())
+    opts = _OPTS_CACHE.get(key)
+    if opts is not None:
+        return opts
     if reduce_op not in _REDUCE_OPS:
         raise ValueError(f"prism passthrough: reduce op {reduce_op!r} is not supported by the real backend")
     opts = cls()
     opts.reduceOp = _REDUCE_OPS[reduce_op]
     for k, v in kw.items():
         setattr(opts, k, v)
+    _OPTS_CACHE[key] = opts
     return opts
 
 

@@ -1,0 +1,168 @@
+"""The recorder's own cost: ms/step of each example under ``prism record`` vs a plain launch.
+
+Per example (W=4, small sizes that fit the 2-core host), the job runs alternately
+
+* plain: W processes started as torchrun starts them (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/
+  PORT, OMP_NUM_THREADS=1), the script's own ``init_process_group`` (gloo), no prism;
+* record: ``prism record --job JOB --out RUN`` (a subprocess): the shim, the recorder, the memory
+  tracker and the ``passthrough`` engine over real gloo groups.
+
+Both sides carry the same step probe (bench/_step_probe/sitecustomize.py: an optimizer step post
+hook noting the wall clock and the process's CPU time, all threads). The CPU time per step is the
+figure to trust on a shared, oversubscribed host: the wall time there mostly measures the load. ``--baseline-tree DIR`` adds a third, alternated side: ``prism record`` of the prism
+  checked out in DIR (e.g. ``git worktree``/``git archive`` of the commit before a change), so a
+  before/after pair is measured under the same host load.
+
+A step is the time between two consecutive ``optimizer.step`` ends on a rank. Per run: the median
+over all ranks and the measured steps (the first ``--warmup`` steps and the last one, when ranks
+start leaving, are dropped); per side: the median of ``--repeats`` runs. The overhead is
+record / plain − 1, for wall and for CPU time.
+
+    python bench/record_overhead.py                       # every example, 3 alternated repeats
+    python bench/record_overhead.py --examples moe ddp --repeats 5
+    PRISM_MEMORY=rss python bench/record_overhead.py     # without the tracked CPU peak (its share)
+
+JSON goes to ``--out`` (default bench/results/record_overhead.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _plain_launch import launch_plain
+
+from prism.core.config import load_job
+from prism.core.rundir import RunDir
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+W = 4
+
+# example -> (job file, arguments at W=4 without --steps, parallelism at W=4)
+EXAMPLES: dict[str, tuple[str, tuple[str, ...], dict[str, int]]] = {
+    "ddp": ("examples/ddp/job.yaml", (), {"dp": 4}),
+    "fsdp2": ("examples/fsdp2/job.yaml", (), {"dp": 4}),
+    "tp": ("examples/tp/job.yaml", ("--tp", "2"), {"dp": 2, "tp": 2}),
+    "pp": ("examples/pp/job.yaml", ("--pp", "4", "--schedule", "1f1b"), {"dp": 1, "pp": 4}),
+    "moe": ("examples/moe/job.yaml", ("--ep", "4"), {"dp": 4, "ep": 4}),
+    "hybrid": ("examples/hybrid/job.yaml", ("--pp", "2", "--dp", "1", "--tp", "2"), {"dp": 1, "tp": 2, "pp": 2}),
+    "synthetic": ("examples/synthetic/job.yaml",
+                  ("--dp", "1", "--pp", "4", "--microbatches", "4", "--fwd-ms", "5", "--bwd-ms", "10"),
+                  {"dp": 1, "pp": 4}),
+}
+
+
+def example_job(name: str, steps: int):
+    path, args, shape = EXAMPLES[name]
+    job = load_job(ROOT / path)
+    parallelism = dataclasses.replace(job.parallelism, **{"dp": 1, "tp": 1, "pp": 1, "ep": 1, "cp": 1, **shape})
+    return dataclasses.replace(job, args=("--steps", str(steps), *args), world_size=W, ranks_per_node=W,
+                               parallelism=parallelism)
+
+
+PROBE = HERE / "_step_probe"
+
+
+def _steps(step_dir: Path, warmup: int) -> tuple[list[float], list[float]]:
+    """(wall ms, CPU ms) of every measured step of every rank the probe saw: a step is the time
+    between two consecutive optimizer step ends; the first ``warmup`` and the last one (ranks
+    start leaving) are dropped."""
+    wall, cpu = [], []
+    for path in sorted(step_dir.glob("pid-*.txt")):
+        ends = [tuple(int(x) for x in line.split()) for line in path.read_text().splitlines()]
+        diffs = [((b[0] - a[0]) / 1e6, (b[1] - a[1]) / 1e6) for a, b in zip(ends, ends[1:])][warmup:-1]
+        wall += [w for w, _ in diffs]
+        cpu += [c for _, c in diffs]
+    shutil.rmtree(step_dir)
+    return wall, cpu
+
+
+def _probe_env(step_dir: Path, tree: Path | None = None) -> dict[str, str]:
+    step_dir.mkdir(parents=True)
+    path = os.pathsep.join(str(p) for p in (tree, PROBE) if p is not None)
+    return {"PRISM_BENCH_STEP_DIR": str(step_dir), "PYTHONPATH": path}
+
+
+def plain_run(job, warmup: int, timeout_s: float) -> tuple[float, float]:
+    """Median (wall, CPU) ms/step of a plain launch (all ranks, measured steps)."""
+    step_dir = Path(tempfile.mkdtemp(prefix="prism-plain-")) / "steps"
+    env = {**job.env, **_probe_env(step_dir)}
+    launch_plain(job.script_path, job.args, job.world_size, env=env, timeout_s=timeout_s)
+    wall, cpu = _steps(step_dir, warmup)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def record_run(job, warmup: int, timeout_s: float, tree: Path = ROOT) -> tuple[float, float]:
+    """Median (wall, CPU) ms/step under ``prism record`` of the prism in ``tree`` (all ranks)."""
+    with tempfile.TemporaryDirectory(prefix="prism-rec-") as tmp:
+        RunDir(Path(tmp) / "job").save_job(job)
+        step_dir = Path(tmp) / "steps"
+        env = {**os.environ, **_probe_env(step_dir, tree)}
+        proc = subprocess.run([sys.executable, "-m", "prism.cli.main", "record", "--job", str(Path(tmp) / "job/job.yaml"),
+                               "--out", str(Path(tmp) / "run"), "--timeout", str(timeout_s)],
+                              env=env, cwd=str(tree), capture_output=True, timeout=timeout_s + 60)
+        if proc.returncode:
+            raise RuntimeError(f"prism record of {job.name} ({tree}) exited {proc.returncode}:\n"
+                               f"{proc.stderr.decode()[-2000:]}")
+        wall, cpu = _steps(step_dir, warmup)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--examples", nargs="+", default=list(EXAMPLES), choices=list(EXAMPLES))
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2, help="measured step diffs dropped at the start")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--baseline-tree", type=Path, default=None,
+                        help="also record with the prism in this directory (alternated): before/after")
+    parser.add_argument("--label", default="", help="a name for this set of figures (e.g. before/after)")
+    parser.add_argument("--out", default=str(HERE / "results/record_overhead.json"))
+    ns = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    results = {}
+    for name in ns.examples:
+        job = example_job(name, ns.steps)
+        sides: dict[str, list[tuple[float, float]]] = {"plain": [], "record": []}
+        if ns.baseline_tree:
+            sides["baseline"] = []
+        for _ in range(ns.repeats):  # alternated, so every side sees the same host load
+            sides["plain"].append(plain_run(job, ns.warmup, ns.timeout))
+            sides["record"].append(record_run(job, ns.warmup, ns.timeout))
+            if ns.baseline_tree:
+                sides["baseline"].append(record_run(job, ns.warmup, ns.timeout, ns.baseline_tree.resolve()))
+        med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in sides.items()}
+        pw, pc = med["plain"]
+        row = {"args": list(job.args)}
+        line = f"{name:10s} plain {pw:8.2f} ms (cpu {pc:7.2f})"
+        for side, (w, c) in med.items():
+            row[side] = {"wall_ms": [round(x, 3) for x, _ in sides[side]], "cpu_ms": [round(x, 3) for _, x in sides[side]],
+                         "wall_median_ms": round(w, 3), "cpu_median_ms": round(c, 3)}
+            if side != "plain":
+                row[side].update(wall_overhead_pct=round(100 * (w / pw - 1), 2), cpu_overhead_pct=round(100 * (c / pc - 1), 2))
+                line += f"  {side} {w:8.2f} ms {100 * (w / pw - 1):+6.1f} % (cpu {c:7.2f} {100 * (c / pc - 1):+6.1f} %)"
+        results[name] = row
+        print(line, flush=True)
+    out = {"world_size": W, "steps": ns.steps, "warmup": ns.warmup, "repeats": ns.repeats, "label": ns.label,
+           "baseline_tree": str(ns.baseline_tree) if ns.baseline_tree else None,
+           "memory": os.environ.get("PRISM_MEMORY", "tracked"), "host_cpus": os.cpu_count(),
+           "load_average": os.getloadavg(), "examples": results}
+    Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(ns.out).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
