@@ -22,6 +22,7 @@ one message each way, so no connection is made inside a measured step.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import threading
@@ -140,9 +141,12 @@ class DeviceLanes:
         me, n = g.group_rank, g.size
         root = g.to_group_rank(req.root) if req.root >= 0 else 0
         p2p = req.op in (CommOp.SEND, CommOp.RECV)
-        sends = self._inputs(req, me, n, root) if (p2p and req.op is CommOp.SEND) or \
-            (not p2p and sends_input(req.op, me, root)) else []
-        bufs, temps = self._outputs(req, n) if receives_output(req.op, me, root) else ([], False)
+        # CUDA: the flat temporaries count, as ProcessGroupNCCL's own do; CPU: gloo's buffers are
+        # the backend's, not the script's (docs/emulate.md, "What a rank's peak counts").
+        with contextlib.nullcontext() if self._cuda else untracked():
+            sends = self._inputs(req, me, n, root) if (p2p and req.op is CommOp.SEND) or \
+                (not p2p and sends_input(req.op, me, root)) else []
+            bufs, temps = self._outputs(req, n) if receives_output(req.op, me, root) else ([], False)
         if not self._cuda:
             return self._submit_host(req, lane, sends, bufs, temps, me, root)
         future = torch.futures.Future(devices=[self.device])
