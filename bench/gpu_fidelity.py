@@ -112,6 +112,15 @@ def run_case(name: str, example: str, args: list[str], work: Path) -> dict:
     return row
 
 
+def _save_graphs(run: Path, dest: Path) -> None:
+    """The small part of a run directory: graphs and JSON reports, none of the payloads."""
+    for path in run.rglob("*"):
+        if path.is_file() and "payloads" not in path.parts and path.stat().st_size < 256 << 20:
+            target = dest / path.relative_to(run)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", default=",".join(CASES))
@@ -119,6 +128,8 @@ def main() -> int:
     p.add_argument("--json", default=str(ROOT / "bench" / "results" / "gpu_fidelity.json"))
     p.add_argument("--work", default=None, help="where the runs go (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep each case's run directory (the capture is large)")
+    p.add_argument("--save-graphs", default=None, metavar="DIR",
+                   help="copy each case's graphs and reports (not its payloads) to DIR/<case>/ before cleaning up")
     ns = p.parse_args()
     import torch
 
@@ -127,16 +138,22 @@ def main() -> int:
     out = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
            "num_gpus": torch.cuda.device_count(), "torch": torch.__version__, "host": platform.node(),
            "warmup_steps": WARMUP, "steps": STEPS, "cases": []}
+    previous = Path(ns.json)
+    if previous.exists():  # a run of some cases keeps the other cases' rows of an earlier run
+        kept = [c for c in json.loads(previous.read_text()).get("cases", []) if c.get("name") not in ns.cases.split(",")]
+        out["cases"] = kept
     for name in ns.cases.split(","):
         example, args = table[name]
         try:
             row = run_case(name, example, args, work)
         except Exception as e:  # noqa: BLE001 - a failed case is a result too
             row = {"name": name, "error": f"{type(e).__name__}: {e}"[-4000:]}
+        if ns.save_graphs:
+            _save_graphs(work / name / "run", Path(ns.save_graphs) / name)
         if not ns.keep:
             shutil.rmtree(work / name / "run", ignore_errors=True)
         print(json.dumps(row), flush=True)
-        out["cases"].append(row)
+        out["cases"] = [c for c in out["cases"] if c.get("name") != name] + [row]
         Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
         Path(ns.json).write_text(json.dumps(out, indent=1))
     return 0
