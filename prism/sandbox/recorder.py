@@ -235,7 +235,7 @@ class Recorder:
             self._step_start = now
             if self._reported_loss is not None:
                 self._losses.append(self._reported_loss)
-            elif self._pending_loss and self._gpu is not None and self._pending_loss[0].is_cuda:
+            elif self._pending_loss and self._gpu is not None and self._pending_loss[0][1].is_cuda:
                 # Read a step late: ``.item()`` here would synchronize the device every step.
                 self._losses.append([t.to("cpu", non_blocking=True) for _, t in self._pending_loss])
             elif self._pending_loss:
