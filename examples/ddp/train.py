@@ -66,10 +66,11 @@ def main():
               bucket_cap_mb=args.bucket_cap_mb)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
 
-    gen = torch.Generator().manual_seed(1000 + rank)  # per-rank data
+    # Drawn on the device, as a prefetching loader would deliver it: a step is the device's work.
+    gen = torch.Generator(device=device).manual_seed(1000 + rank)  # per-rank data
     for step in range(args.steps):
-        x = torch.randn(args.batch, args.dim, generator=gen).to(device)
-        y = torch.randn(args.batch, 1, generator=gen).to(device)
+        x = torch.randn(args.batch, args.dim, generator=gen, device=device)
+        y = torch.randn(args.batch, 1, generator=gen, device=device)
         loss = nn.functional.mse_loss(ddp(x), y)
         loss.backward()
         opt.step()

@@ -105,11 +105,12 @@ def main():
         logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     # Data depends on the dp coordinate only; every stage of a pipeline draws the same batch.
-    gen = torch.Generator().manual_seed(1000 + dp_rank)
+    # Drawn on the device, as a prefetching loader would deliver it: a step is the device's work.
+    gen = torch.Generator(device=device).manual_seed(1000 + dp_rank)
     batch = args.microbatches * args.microbatch_size
     for step in range(args.steps):
-        x = torch.randn(batch, args.dim, generator=gen).to(device)
-        y = torch.randn(batch, args.dim, generator=gen).to(device)
+        x = torch.randn(batch, args.dim, generator=gen, device=device)
+        y = torch.randn(batch, args.dim, generator=gen, device=device)
         losses = []
         if has_first and has_last:
             schedule.step(x, target=y, losses=losses)

@@ -90,10 +90,11 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=False)
 
     # Data depends on the dp coordinate only: the ranks of one tp group see the same batch.
-    gen = torch.Generator().manual_seed(1000 + dp_rank)
+    # Drawn on the device, as a prefetching loader would deliver it: a step is the device's work.
+    gen = torch.Generator(device=device).manual_seed(1000 + dp_rank)
     for step in range(args.steps):
-        x = torch.randn(args.batch, args.dim, generator=gen).to(device)
-        y = torch.randn(args.batch, 1, generator=gen).to(device)
+        x = torch.randn(args.batch, args.dim, generator=gen, device=device)
+        y = torch.randn(args.batch, 1, generator=gen, device=device)
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()
 
