@@ -50,7 +50,9 @@ def _free_port() -> int:
 
 def plain_run(example: str, args: list[str], out: Path, world: int = 2) -> dict:
     """Every rank of the unmodified script, one per GPU, NCCL; no prism in the processes."""
-    env = {**os.environ, "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    # OMP_NUM_THREADS=1 as torchrun and prism's workers set it: the plain run sees the same host.
+    env = {"OMP_NUM_THREADS": "1", **os.environ, "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(_free_port())}
     script = ROOT / "examples" / example / "train.py"
     procs = []
     for r in range(world):
@@ -60,36 +62,57 @@ def plain_run(example: str, args: list[str], out: Path, world: int = 2) -> dict:
     codes = [p.wait(timeout=600) for p in procs]
     if any(codes):
         raise RuntimeError(f"plain run of {example} failed: exit codes {codes}")
-    d = json.loads((out / "plain-0.json").read_text())
-    return {"real_ms": statistics.median(d["step_ms"][WARMUP - 1:]), "real_peak_bytes": d["peak_whole_run_bytes"],
-            "plain_peak_after_warmup_bytes": d["peak_after_warmup_bytes"]}
+    by_rank = {}
+    for r in range(world):
+        d = json.loads((out / f"plain-{r}.json").read_text())
+        by_rank[r] = {"real_ms": statistics.median(d["step_ms"][WARMUP - 1:]), "real_peak_bytes": d["peak_whole_run_bytes"],
+                      "plain_peak_after_warmup_bytes": d["peak_after_warmup_bytes"]}
+    return {**by_rank[0], "plain_by_rank": by_rank}
 
 
-def run_case(name: str, example: str, args: list[str], work: Path) -> dict:
+def run_case(name: str, example: str, args: list[str], work: Path, *, world: int = 2, ranks: str = "0",
+             slots: int = 2, slice_size: int = 1, device: str = "cuda", layout: dict | None = None,
+             timeout_s: float = 500) -> dict:
+    """Plain run, then ``prism validate`` of ``ranks``; the row's figures are the first sandbox
+    rank's, ``ranks`` has every sandbox rank's."""
     from prism.cli.validate import validate
     from prism.graph.io import read_graph
 
     case_dir = work / name
     case_dir.mkdir(parents=True, exist_ok=True)
     job = {"name": name, "entrypoint": str(ROOT / "examples" / example / "train.py"),
-           "args": ["--device", "cuda", *args, "--steps", str(STEPS)], "world_size": 2, "ranks_per_node": 2,
-           "device": "cuda", "iterations": {"warmup": WARMUP, "measured": STEPS - WARMUP}, "slots": 2}
+           "args": ["--device", device, *args, "--steps", str(STEPS)], "world_size": world,
+           "ranks_per_node": min(world, 8), "device": device,
+           "iterations": {"warmup": WARMUP, "measured": STEPS - WARMUP}, "slots": slots}
     job_path = case_dir / "job.yaml"
     job_path.write_text(yaml.safe_dump(job))
-    row: dict = {"name": name, "example": example, "args": args}
+    row: dict = {"name": name, "example": example, "args": args, "world_size": world, "sandbox_ranks": ranks}
     t0 = time.time()
-    row.update(plain_run(example, job["args"], case_dir))
+    plain = plain_run(example, job["args"], case_dir, world=world)
+    by_rank = plain.pop("plain_by_rank")
+    row.update(plain)
     row["plain_wall_s"] = round(time.time() - t0, 1)
     t0 = time.time()
-    result = validate(str(job_path), "0", str(case_dir / "run"), slice_size=1, timeout_s=500, torch_fake=False,
-                      device={"device_path": "auto", "sandbox_gpus": (), "assistant_gpus": ()})
+    result = validate(str(job_path), ranks, str(case_dir / "run"), slice_size=slice_size, timeout_s=timeout_s,
+                      torch_fake=False,
+                      device={"device_path": "auto", "sandbox_gpus": (), "assistant_gpus": (), **(layout or {})})
     row["validate_wall_s"] = round(time.time() - t0, 1)
-    prism = result["ranks"][0]["prism"]
-    real = read_graph(case_dir / "run" / "graph" / "real").summaries[0]
-    report = json.loads((Path(result["emulation"]) / "report.json").read_text())["ranks"]["0"]
+    real = read_graph(case_dir / "run" / "graph" / "real").summaries
+    report = json.loads((Path(result["emulation"]) / "report.json").read_text())
+    row["layout"] = report.get("layout", "")
+    per_rank = {}
+    for r_text, res in result["ranks"].items():
+        r = int(r_text)
+        per_rank[r] = {**by_rank[r], **_rank_figures(res["prism"], real[r], report["ranks"][str(r)], by_rank[r]["real_ms"])}
+    row["ranks"] = {str(r): v for r, v in per_rank.items()}
+    row.update(per_rank[min(per_rank)])
+    return row
+
+
+def _rank_figures(prism: dict, real, report: dict, ref: float | None) -> dict:
     record_steps = [s / 1e6 for s in real.step_times_ns[WARMUP:]]
     emu_steps = report.get("step_ms", [])[WARMUP:]
-    row.update(
+    row = dict(
         record_ms=statistics.median(record_steps) if record_steps else None,
         emulated_ms=statistics.median(emu_steps) if emu_steps else None,
         calibrated_ms=prism["calibrated_ms"],
@@ -99,9 +122,7 @@ def run_case(name: str, example: str, args: list[str], work: Path) -> dict:
         losses_equal_record=prism["losses_equal"],
         signature_match=prism["signature_match"],
         diverged_ops=prism["diverged_ops"],
-        layout=report.get("layout", ""),
     )
-    ref = row["real_ms"]
     if emu_steps and ref:
         row["mean_rel_error"] = statistics.mean(emu_steps) / ref - 1
         row["max_rel_error"] = max(abs(s / ref - 1) for s in emu_steps)

@@ -29,6 +29,8 @@ def parse_args():
     p.add_argument("--microbatch-size", type=int, default=2)
     p.add_argument("--dim", type=int, default=32)
     p.add_argument("--layers-per-stage", type=int, default=2)
+    p.add_argument("--slow-stage", type=int, default=-1, help="this stage runs its layers --slow-repeat times")
+    p.add_argument("--slow-repeat", type=int, default=2)
     return p.parse_args()
 
 
@@ -56,6 +58,19 @@ class Layer(nn.Module):
         return x + self.fc2(nn.functional.gelu(self.fc1(self.norm(x))))
 
 
+class Repeated(nn.Module):
+    """A stage made slower: its layers applied ``times`` times (same parameters, more compute)."""
+
+    def __init__(self, inner, times):
+        super().__init__()
+        self.inner, self.times = inner, times
+
+    def forward(self, x):
+        for _ in range(self.times):
+            x = self.inner(x)
+        return x
+
+
 def main():
     args = parse_args()
     rank, world, device = setup(args)
@@ -77,6 +92,8 @@ def main():
     stages, modules = [], []
     for s in stage_ids:
         mod = nn.Sequential(*layers[s * args.layers_per_stage:(s + 1) * args.layers_per_stage]).to(device)
+        if s == args.slow_stage:
+            mod = Repeated(mod, args.slow_repeat)
         modules.append(mod)
         stages.append(PipelineStage(
             mod, s, n_stages, device,
