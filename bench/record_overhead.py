@@ -79,7 +79,8 @@ def _steps(step_dir: Path, warmup: int) -> tuple[list[float], list[float]]:
     between two consecutive optimizer step ends; the first ``warmup`` and the last one (ranks
     start leaving) are dropped."""
     wall, cpu = [], []
-    for path in sorted(step_dir.glob("pid-*.txt")):
+    # A two-pass record's memory pass is not the recorded run.
+    for path in sorted(p for p in step_dir.glob("pid-*.txt") if not p.name.endswith("-memory.txt")):
         ends = [tuple(int(x) for x in line.split()) for line in path.read_text().splitlines()]
         diffs = [((b[0] - a[0]) / 1e6, (b[1] - a[1]) / 1e6) for a, b in zip(ends, ends[1:])][warmup:-1]
         wall += [w for w, _ in diffs]

@@ -2,6 +2,14 @@
 
 This is the ground truth every fidelity claim is compared with (DESIGN §10), recorded by the
 same recorder that the other modes use.
+
+The recorder must not change the job it records, but the CPU memory tracker costs ~5 µs per aten
+op (``bench/memtrack_cost.py``: +20 % per step on moe). So on CPU the job runs twice: a *memory
+pass* with the tracker (its peaks, and the memory cap's enforcement), then the *timed pass* without
+it (``PRISM_MEMORY=rss``: no per-op cost), whose nodes, step times and losses are the recorded
+graph; the memory pass's tracked peaks replace the timed pass's RSS ones. Both are real runs of
+the same program on the same backend, so the peaks are what a single tracked run reports. Workers
+see which pass they are in as ``PRISM_RECORD_PASS`` (``memory``/``timed``).
 """
 
 from __future__ import annotations
@@ -9,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,8 +30,10 @@ from prism.graph.records import Graph, RankRecord
 
 from .launch import LaunchOptions, assemble_graph, launch_ranks
 
-__all__ = ["record_job", "walk_rank", "failure_summary", "FAILURE_FILE"]
+__all__ = ["record_job", "walk_rank", "failure_summary", "needs_memory_pass", "with_tracked_peaks", "FAILURE_FILE", "PASS_ENV"]
 
+PASS_ENV = "PRISM_RECORD_PASS"
+"""Set in every worker of a two-pass record: ``memory`` (tracked, untimed) or ``timed``."""
 FAILURE_FILE = "failure.json"
 """Written into the run directory when ``record_job`` stops on a failing rank, a mismatch or a hang."""
 _TAIL_LINES = 12
@@ -37,19 +48,69 @@ def record_job(
     timeout_s: float = 600.0,
     cuda_backend: str = "nccl",
     on_progress: Callable[[int, int], None] | None = None,
+    memory_pass: bool | None = None,
 ) -> Graph:
-    """Run the real job and write RUN/job.yaml and RUN/graph/real/."""
+    """Run the real job and write RUN/job.yaml and RUN/graph/real/.
+
+    ``memory_pass``: measure the tracked peaks in a separate untimed run (default: on CPU when the
+    tracker is in use, see the module's docstring); False tracks them inside the timed run."""
     run = RunDir(Path(run_dir))
     run.root.mkdir(parents=True, exist_ok=True)
     run.save_job(job)
     failure = run.root / FAILURE_FILE
     failure.unlink(missing_ok=True)
+    if memory_pass is None:
+        memory_pass = needs_memory_pass(job)
+    options = LaunchOptions(engine="passthrough", timeout_s=timeout_s, cuda_backend=cuda_backend, log_dir=str(run.logs))
+    if not memory_pass:
+        records = _launch(job, options, failure, on_progress)
+    else:
+        total = 2 * job.world_size
+
+        def progress(offset: int) -> Callable[[int, int], None] | None:
+            return None if on_progress is None else lambda done, _n: on_progress(offset + done, total)
+
+        tracked = _launch(dataclasses.replace(job, env={**job.env, PASS_ENV: "memory"}),
+                          dataclasses.replace(options, log_dir=str(run.logs / "memory-pass")), failure, progress(0))
+        # The cap is the memory pass's to enforce: RSS cannot.
+        timed_job = dataclasses.replace(job, memory_cap_bytes=0,
+                                        env={**job.env, "PRISM_MEMORY": "rss", PASS_ENV: "timed"})
+        records = [with_tracked_peaks(rec, mem) for rec, mem in
+                   zip(_launch(timed_job, options, failure, progress(job.world_size)), tracked)]
+    graph = assemble_graph(job, records, kind="real")
+    if memory_pass:
+        graph.meta["memory"] = "separate tracked pass"
+    write_graph(graph, run.graph_dir("real"))
+    log.info("recorded %d ranks of %s into %s", job.world_size, job.name, run.graph_dir("real"))
+    return graph
+
+
+def needs_memory_pass(job: JobConfig) -> bool:
+    """Whether the job's peaks come from the per-op CPU tracker (which would slow the timed run)."""
+    mode = job.env.get("PRISM_MEMORY", os.environ.get("PRISM_MEMORY", "tracked"))
+    return job.device == "cpu" and mode == "tracked"
+
+
+def with_tracked_peaks(timed: RankRecord, tracked: RankRecord) -> RankRecord:
+    """The timed pass's record with the memory pass's peaks."""
+    if timed.rank != tracked.rank:
+        raise AssertionError(f"memory pass rank {tracked.rank} paired with timed rank {timed.rank}")
+    n_timed = sum(n.is_comm for n in timed.nodes)
+    n_tracked = sum(n.is_comm for n in tracked.nodes)
+    if n_timed != n_tracked:
+        log.warning("rank %d issued %d comm ops in the timed pass but %d in the memory pass: the program is not "
+                    "deterministic, and its peaks are the memory pass's", timed.rank, n_timed, n_tracked)
+    s = tracked.summary
+    summary = dataclasses.replace(timed.summary, peak_memory_bytes=s.peak_memory_bytes,
+                                  measured_peak_memory_bytes=s.measured_peak_memory_bytes,
+                                  memory_source=s.memory_source)
+    return dataclasses.replace(timed, summary=summary)
+
+
+def _launch(job: JobConfig, options: LaunchOptions, failure: Path,
+            on_progress: Callable[[int, int], None] | None) -> list[RankRecord]:
     try:
-        records = launch_ranks(
-            job,
-            LaunchOptions(engine="passthrough", timeout_s=timeout_s, cuda_backend=cuda_backend, log_dir=str(run.logs)),
-            on_progress=on_progress,
-        )
+        return launch_ranks(job, options, on_progress=on_progress)
     except RankFailedError as e:
         atomic_write_text(failure, json.dumps(failure_summary(e), indent=1))
         raise
@@ -58,10 +119,6 @@ def record_job(
         atomic_write_text(failure, json.dumps({"kind": "mismatch" if isinstance(e, MismatchError) else "hang",
                                                "error": lines[0], "report": lines[1:]}, indent=1))
         raise
-    graph = assemble_graph(job, records, kind="real")
-    write_graph(graph, run.graph_dir("real"))
-    log.info("recorded %d ranks of %s into %s", job.world_size, job.name, run.graph_dir("real"))
-    return graph
 
 
 def failure_summary(error: RankFailedError) -> dict:
