@@ -20,6 +20,7 @@ SCRIPT = textwrap.dedent("""
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    torch.manual_seed(0)
     model = torch.nn.Linear(64, 64)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     modes = []
