@@ -108,6 +108,8 @@ class SandboxRankResult:
     first_op_done_s: float | None
     """Seconds from launch to this rank's first completed op."""
     peak_rss_bytes: int
+    lazy_transports: tuple[str, ...] = ()
+    """Groups whose transport connected inside an op, not when the script created the group."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,11 +243,12 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
             "capture_dir": options.capture_dir, "device_path": layout.path,
             "graph_dir": str(run.graph_dir(kind))}
     starts = []
+    connect = _groups_used(run.graph_dir(kind), ranks)
     for r in ranks:
         path = out / f"spec-{r:05d}.json"
         path.write_text(_worker_spec(job, r, present=ranks, store_addr=addr, out_dir=out,
                                      timeout_s=rank_timeout_s(options.timeout_s),
-                                     engine_options=opts, origin_ns=origin, gpu=layout.rank_gpu.get(r),
+                                     engine_options={**opts, "connect_groups": json.dumps(connect[r])}, origin_ns=origin, gpu=layout.rank_gpu.get(r),
                                      profile_dir=str(out / PROFILE_DIR) if options.profile else "").to_json())
         starts.append((r, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)]))
     for i in range(options.num_replayers):
@@ -265,6 +268,14 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     result = _collect_results(out, job.world_size, ranks, options.num_replayers, launched, wall, kind)
     result.extra["layout"] = layout.describe()
     return result
+
+
+def _groups_used(graph_dir: Path, ranks: tuple[int, ...]) -> dict[int, list[str]]:
+    """The groups each sandbox rank communicates on (size > 1): their transports connect when the
+    script creates them (prism.sandbox.engines.live)."""
+    graph = read_graph(graph_dir)
+    return {r: sorted({n.group_id for n in graph.nodes.get(r, ()) if n.is_comm
+                       and len(graph.groups[n.group_id].ranks) > 1}) for r in ranks}
 
 
 def _layout(job: JobConfig, ranks: tuple[int, ...], options: EmulateOptions) -> DeviceLayout:
@@ -312,7 +323,7 @@ def _collect_results(out: Path, world_size: int, ranks, num_replayers: int, laun
             diverged_ops=tuple(f"{x['op']} {x['key']}" for x in d["diverged_ops"]),
             num_transports=d["num_transports"], num_connections=d["num_connections"],
             traffic_bytes=d["traffic_bytes"], first_op_done_s=_since(d["first_op_done_unix_s"], launched),
-            peak_rss_bytes=d["peak_rss_bytes"],
+            peak_rss_bytes=d["peak_rss_bytes"], lazy_transports=tuple(d.get("lazy_transports", ())),
         )
     reps = []
     for i in range(num_replayers):
