@@ -4,12 +4,11 @@ This is the ground truth every fidelity claim is compared with (DESIGN §10), re
 same recorder that the other modes use.
 
 The recorder must not change the job it records, but the CPU memory tracker costs ~5 µs per aten
-op (``bench/memtrack_cost.py``: +20 % per step on moe). So on CPU the job runs twice: a *memory
-pass* with the tracker (its peaks, and the memory cap's enforcement), then the *timed pass* without
-it (``PRISM_MEMORY=rss``: no per-op cost), whose nodes, step times and losses are the recorded
-graph; the memory pass's tracked peaks replace the timed pass's RSS ones. Both are real runs of
-the same program on the same backend, so the peaks are what a single tracked run reports. Workers
-see which pass they are in as ``PRISM_RECORD_PASS`` (``memory``/``timed``).
+op (``bench/memtrack_cost.py``: +20 % per step on moe). So on CPU the job runs twice
+(:mod:`prism.graph.memory_pass`): a *memory pass* with the tracker (its peaks, and the memory
+cap's enforcement), then the *timed pass* without it, whose nodes, step times and losses are the
+recorded graph. Both are real runs of the same program on the same backend, so the peaks are what
+a single tracked run reports.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,14 +24,13 @@ from prism.core.config import JobConfig
 from prism.core.errors import HangError, MismatchError, RankFailedError, RankOOMError
 from prism.core.rundir import RunDir
 from prism.graph.io import write_graph
+from prism.graph.memory_pass import memory_pass_job, needs_memory_pass, timed_pass_job, with_tracked_peaks
 from prism.graph.records import Graph, RankRecord
 
 from .launch import LaunchOptions, assemble_graph, launch_ranks
 
-__all__ = ["record_job", "walk_rank", "failure_summary", "needs_memory_pass", "with_tracked_peaks", "FAILURE_FILE", "PASS_ENV"]
+__all__ = ["record_job", "walk_rank", "failure_summary", "FAILURE_FILE"]
 
-PASS_ENV = "PRISM_RECORD_PASS"
-"""Set in every worker of a two-pass record: ``memory`` (tracked, untimed) or ``timed``."""
 FAILURE_FILE = "failure.json"
 """Written into the run directory when ``record_job`` stops on a failing rank, a mismatch or a hang."""
 _TAIL_LINES = 12
@@ -70,41 +67,16 @@ def record_job(
         def progress(offset: int) -> Callable[[int, int], None] | None:
             return None if on_progress is None else lambda done, _n: on_progress(offset + done, total)
 
-        tracked = _launch(dataclasses.replace(job, env={**job.env, PASS_ENV: "memory"}),
-                          dataclasses.replace(options, log_dir=str(run.logs / "memory-pass")), failure, progress(0))
-        # The cap is the memory pass's to enforce: RSS cannot.
-        timed_job = dataclasses.replace(job, memory_cap_bytes=0,
-                                        env={**job.env, "PRISM_MEMORY": "rss", PASS_ENV: "timed"})
+        tracked = _launch(memory_pass_job(job), dataclasses.replace(options, log_dir=str(run.logs / "memory-pass")),
+                          failure, progress(0))
         records = [with_tracked_peaks(rec, mem) for rec, mem in
-                   zip(_launch(timed_job, options, failure, progress(job.world_size)), tracked)]
+                   zip(_launch(timed_pass_job(job), options, failure, progress(job.world_size)), tracked)]
     graph = assemble_graph(job, records, kind="real")
     if memory_pass:
         graph.meta["memory"] = "separate tracked pass"
     write_graph(graph, run.graph_dir("real"))
     log.info("recorded %d ranks of %s into %s", job.world_size, job.name, run.graph_dir("real"))
     return graph
-
-
-def needs_memory_pass(job: JobConfig) -> bool:
-    """Whether the job's peaks come from the per-op CPU tracker (which would slow the timed run)."""
-    mode = job.env.get("PRISM_MEMORY", os.environ.get("PRISM_MEMORY", "tracked"))
-    return job.device == "cpu" and mode == "tracked"
-
-
-def with_tracked_peaks(timed: RankRecord, tracked: RankRecord) -> RankRecord:
-    """The timed pass's record with the memory pass's peaks."""
-    if timed.rank != tracked.rank:
-        raise AssertionError(f"memory pass rank {tracked.rank} paired with timed rank {timed.rank}")
-    n_timed = sum(n.is_comm for n in timed.nodes)
-    n_tracked = sum(n.is_comm for n in tracked.nodes)
-    if n_timed != n_tracked:
-        log.warning("rank %d issued %d comm ops in the timed pass but %d in the memory pass: the program is not "
-                    "deterministic, and its peaks are the memory pass's", timed.rank, n_timed, n_tracked)
-    s = tracked.summary
-    summary = dataclasses.replace(timed.summary, peak_memory_bytes=s.peak_memory_bytes,
-                                  measured_peak_memory_bytes=s.measured_peak_memory_bytes,
-                                  memory_source=s.memory_source)
-    return dataclasses.replace(timed, summary=summary)
 
 
 def _launch(job: JobConfig, options: LaunchOptions, failure: Path,

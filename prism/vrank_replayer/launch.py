@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import logging
 import math
+import pickle
 import sys
 import time
 from collections.abc import Callable
@@ -36,8 +38,10 @@ from prism.core.hangwatch import HangWatcher, rank_timeout_s
 from prism.core.layout import DeviceLayout, device_layout
 from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
-from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, with_ooms
+from prism.core.atomic import atomic_write_bytes
+from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, record_path, with_ooms
 from prism.graph.io import read_graph, verify_graph
+from prism.graph.memory_pass import memory_pass_job, needs_memory_pass, timed_pass_job, with_tracked_peaks
 from prism.graph.opsig import recorded_ops
 from prism.nccl_patches.algorithms import policy_from_env
 from prism.nccl_patches.recorded_store import check_files, derive_from_capture, recorded_dir
@@ -56,6 +60,8 @@ __all__ = [
     "PROFILE_DIR",
 ]
 
+MEMORY_PASS_DIR = "memory-pass"
+"""The untimed, tracked emulation whose peaks the timed one reports (``EmulateOptions.memory_pass``)."""
 PROFILE_DIR = "profile"
 """``--profile``: the sandbox ranks' torch.profiler traces, <out>/profile/rank<R>.json."""
 
@@ -91,6 +97,12 @@ class EmulateOptions:
     """GPUs for the sandbox ranks (round-robin); () = the layout's default."""
     assistant_gpus: tuple[int, ...] = ()
     """GPUs for the replayers; () = the layout's default."""
+    memory: str = "pass"
+    """CPU jobs with tracked peaks and no memory cap. ``pass``: the peaks come from a first,
+    untimed emulation (``<out>/memory-pass``) and the timed one runs without the per-op tracker
+    (prism.graph.memory_pass); ``inline``: one emulation, tracked and timed (the tracker's ~5 µs
+    per aten op in every step); ``untracked``: one emulation without the tracker (RSS peaks: for
+    runs that only time, such as calibration slices)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +246,29 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     out.mkdir(parents=True, exist_ok=True)
     layout = _layout(job, ranks, options)
     log.info("layout: %s", layout.describe())
+    once = functools.partial(_emulate_once, run, ranks=ranks, kind=kind, recorded=recorded, layout=layout)
+    if options.memory not in ("pass", "inline", "untracked"):
+        raise ValueError(f"EmulateOptions.memory must be pass, inline or untracked, got {options.memory!r}")
+    # A cap must fail at the same allocation as in the real run: tracked, in the one pass.
+    if not needs_memory_pass(job) or job.memory_cap_bytes or options.memory == "inline":
+        return once(job, options, out)
+    if options.memory == "untracked":
+        return once(timed_pass_job(job), options, out)
+    memory_out = out / MEMORY_PASS_DIR
+    once(memory_pass_job(job), dataclasses.replace(options, capture_dir="", profile=False), memory_out)
+    result = once(timed_pass_job(job), options, out)
+    for r in ranks:
+        with record_path(memory_out, r).open("rb") as f:
+            tracked = pickle.load(f)  # noqa: S301 - our own worker's output
+        with record_path(out, r).open("rb") as f:
+            timed = pickle.load(f)  # noqa: S301
+        atomic_write_bytes(record_path(out, r), pickle.dumps(with_tracked_peaks(timed, tracked)))
+    return result
+
+
+def _emulate_once(run: RunDir, job: JobConfig, options: EmulateOptions, out: Path, *, ranks: tuple[int, ...],
+                  kind: str, recorded: Path, layout: DeviceLayout) -> EmulateResult:
+    out.mkdir(parents=True, exist_ok=True)
     # Ranks and replayers wait longer than the hang watcher's stall limit (it explains a stall).
     store, addr = _start_store(rank_timeout_s(options.timeout_s))
     launched = time.time()

@@ -1,6 +1,12 @@
 """``prism record`` on CPU times the job without the per-op memory tracker: a memory pass (tracked,
 untimed) gives the peaks, a timed pass (no dispatch mode) gives nodes, step times and losses. The
-peaks are those of a single tracked run of the same program."""
+peaks are those of a single tracked run of the same program.
+
+The script frees tensors right after their all-reduce. ProcessGroupGloo's worker thread drops its
+reference to a collective's tensors only after waking the script, so before the passthrough engine
+handed gloo non-owning aliases, such a tensor was still alive at the next allocation in a few
+percent of the ops (bench/gloo_hold.py), and two tracked runs of this script disagreed by 256 B or
+1 KiB (#12)."""
 
 import textwrap
 
@@ -8,7 +14,8 @@ import pytest
 import yaml
 
 from prism.core.config import load_job
-from prism.sandbox.recording import PASS_ENV, record_job
+from prism.graph.memory_pass import PASS_ENV
+from prism.sandbox.recording import record_job
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -32,9 +39,13 @@ SCRIPT = textwrap.dedent("""
         for p in model.parameters():
             dist.all_reduce(p.grad)
         opt.step()
-        # Grads kept: a freed all-reduced grad lives on in gloo's work until gloo's thread drops
-        # it, after waking the script, and would make the peak timing-dependent by 256 B.
-        opt.zero_grad(set_to_none=False)
+        opt.zero_grad()  # the all-reduced grads are freed here
+        for _ in range(30):  # temporaries freed right after their all-reduce, then a larger buffer
+            t = torch.ones(256)
+            dist.all_reduce(t)
+            del t
+            big = torch.empty(4096)
+            del big
         modes.append([type(m).__name__ for m in _get_current_dispatch_mode_stack()])
     with open(os.path.join(sys.argv[1], f"{os.environ.get('%s', 'single')}-{rank}.json"), "w") as f:
         json.dump(modes, f)
