@@ -15,6 +15,7 @@ medians of the real runs and of the emulations, the emulated mean and max-step e
 calibrated prediction's error, and the emulator's overhead per comm op of the rank (emulated −
 real ms per step over the rank's comm ops per step).
 
+``--parallel N`` runs N jobs at once (each is W=8 processes plus a replayer: 2 fit 32 cores).
 ``--budget-s``: a job is started only when the time spent so far plus the longest job so far (or
 ``--first-job-s`` before any) fits; the rest are recorded as skipped. The JSON is rewritten after
 every job, so a run stopped from outside keeps what finished.
@@ -25,8 +26,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shutil
 import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -131,51 +134,78 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...], repe
 
 
 def run_all(names: list[str], sizes: list[str], base: Path, out: Path, *, budget_s: float, first_job_s: float,
-            **kw) -> dict:
-    """Every (example, size), long sizes first, within ``budget_s``; progress on stdout."""
+            parallel: int = 1, **kw) -> dict:
+    """Every (example, size), long sizes first, ``parallel`` jobs at a time, within ``budget_s``;
+    progress on stdout."""
     start = time.time()
-    jobs = [(n, s) for s in sizes for n in names]
-    summary = {"benchmark": "emulate_fidelity_examples", "budget_s": budget_s,
+    pending = [(n, s) for s in sizes for n in names]
+    total = len(pending)
+    summary = {"benchmark": "emulate_fidelity_examples", "budget_s": budget_s, "parallel": parallel,
                "target": {"mean_abs_rel_error": 0.02, "max_step_rel_error": 0.05, "calibrated_abs_rel_error": 0.02},
                "settings": {k: v for k, v in kw.items() if k != "ranks"}, "sandbox_ranks": list(kw["ranks"]),
-               "jobs": []}
-    longest = first_job_s
-    for k, (name, size) in enumerate(jobs):
-        spent = time.time() - start
-        if spent + longest > budget_s:
-            print(f"[{spent:5.0f} s] {name} {size}: skipped (needs ~{longest:.0f} s, {budget_s - spent:.0f} s left)",
-                  flush=True)
-            summary["jobs"].append({"example": name, "size": size, "skipped": "budget"})
-            continue
-        print(f"[{spent:5.0f} s] {k + 1}/{len(jobs)} {name} {size} ...", flush=True)
-        t0 = time.time()
-        try:
-            res = run_example(name, size, base / f"{name}-{size}", **kw)
-        except Exception as e:  # noqa: BLE001 - recorded, the next job still runs
-            log.exception("%s %s failed", name, size)
-            res = {"example": name, "size": size, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
-        took = time.time() - t0
-        longest = max(longest, took) if "error" not in res else longest
-        res["job_wall_s"] = took
-        summary["jobs"].append(res)
-        if "error" in res:
-            print(f"          {name} {size}: FAILED in {took:.0f} s: {res['error']}", flush=True)
-        else:
-            for r, v in res["ranks"].items():
-                e, c = v["emulated"], v["calibrated_prediction"]
-                per_op = v["overhead_us_per_comm_op"]
-                print(f"          {name} {size} r{r}: real {e['real_mean_ms']:.1f} ms, emulated {e['mean_ms']:.1f} ms "
-                      f"({e['mean_rel_error'] * 100:+.2f} %, max step {e['max_rel_error'] * 100:.2f} %), calibrated "
-                      f"{c['mean_ms']:.1f} ms ({c['mean_rel_error'] * 100:+.2f} %), "
-                      f"{per_op:+.0f} us/comm op" if per_op is not None else "", flush=True)
-            print(f"          ({took:.0f} s)", flush=True)
-        shutil.rmtree(base / f"{name}-{size}", ignore_errors=True)
-        summary["wall_s"] = time.time() - start
-        t = summary["target"]
-        done = [j for j in summary["jobs"] if "ranks" in j and j["size"] == "long"]
-        summary["met_long"] = bool(done) and all(
-            j["mean_abs_rel_error"] <= t["mean_abs_rel_error"] and j["max_step_rel_error"] <= t["max_step_rel_error"]
-            and j["calibrated_abs_rel_error"] <= t["calibrated_abs_rel_error"] for j in done)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(summary, indent=1))
+               "host_cpus": os.cpu_count(), "jobs": []}
+    lock = threading.Lock()
+    longest = [first_job_s]
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                name, size = pending.pop(0)
+                k = total - len(pending)
+                spent = time.time() - start
+                if spent + longest[0] > budget_s:
+                    print(f"[{spent:5.0f} s] {name} {size}: skipped (needs ~{longest[0]:.0f} s, "
+                          f"{budget_s - spent:.0f} s left)", flush=True)
+                    summary["jobs"].append({"example": name, "size": size, "skipped": "budget"})
+                    _write(summary, out, start)
+                    continue
+            print(f"[{spent:5.0f} s] {k}/{total} {name} {size} ...", flush=True)
+            t0 = time.time()
+            try:
+                res = run_example(name, size, base / f"{name}-{size}", **kw)
+            except Exception as e:  # noqa: BLE001 - recorded, the next job still runs
+                log.exception("%s %s failed", name, size)
+                res = {"example": name, "size": size, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+            shutil.rmtree(base / f"{name}-{size}", ignore_errors=True)
+            res["job_wall_s"] = took = time.time() - t0
+            with lock:
+                if "error" not in res:
+                    longest[0] = max(longest[0], took)
+                summary["jobs"].append(res)
+                _print(res, took)
+                _write(summary, out, start)
+
+    threads = [threading.Thread(target=worker, name=f"bench-{i}") for i in range(max(1, parallel))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     return summary
+
+
+def _print(res: dict, took: float) -> None:
+    name, size = res["example"], res["size"]
+    if "error" in res:
+        print(f"          {name} {size}: FAILED in {took:.0f} s: {res['error']}", flush=True)
+        return
+    for r, v in res["ranks"].items():
+        e, c = v["emulated"], v["calibrated_prediction"]
+        per_op = v["overhead_us_per_comm_op"]
+        print(f"          {name} {size} r{r}: real {e['real_mean_ms']:.1f} ms, emulated {e['mean_ms']:.1f} ms "
+              f"({e['mean_rel_error'] * 100:+.2f} %, max step {e['max_rel_error'] * 100:.2f} %), calibrated "
+              f"{c['mean_ms']:.1f} ms ({c['mean_rel_error'] * 100:+.2f} %)"
+              + (f", {per_op:+.0f} us per comm op" if per_op is not None else ""), flush=True)
+    print(f"          {name} {size}: {took:.0f} s", flush=True)
+
+
+def _write(summary: dict, out: Path, start: float) -> None:
+    summary["wall_s"] = time.time() - start
+    t = summary["target"]
+    done = [j for j in summary["jobs"] if "ranks" in j and j["size"] == "long"]
+    summary["met_long"] = bool(done) and all(
+        j["mean_abs_rel_error"] <= t["mean_abs_rel_error"] and j["max_step_rel_error"] <= t["max_step_rel_error"]
+        and j["calibrated_abs_rel_error"] <= t["calibrated_abs_rel_error"] for j in done)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=1))

@@ -30,7 +30,7 @@ where users look.
 default step sizes, within ``--budget-s`` (bench/_examples_fidelity.py), JSON to
 bench/results/emulate_fidelity_16core.json:
 
-    python bench/emulate_fidelity.py --examples all --budget-s 500 --slice-size 4 --calibration-repeats 1
+    python bench/emulate_fidelity.py --examples all --budget-s 500 --parallel 2 --slice-size 4 --calibration-repeats 1
 
 JSON goes to ``--out`` (default bench/results/emulate_fidelity.json).
 """
@@ -304,6 +304,7 @@ def main() -> None:
     p.add_argument("--first-job-s", type=float, default=60.0,
                    help="with --examples: the time assumed for a job before one has finished")
     p.add_argument("--timeout", type=float, default=300.0, help="with --examples: stall limit of each run")
+    p.add_argument("--parallel", type=int, default=1, help="with --examples: jobs at once")
     ns = p.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     ranks = tuple(int(r) for r in ns.ranks.split(",")) if ns.ranks else None
@@ -345,6 +346,7 @@ def _examples(ns, ranks) -> None:
     out = Path(ns.out or ROOT / "bench" / "results" / "emulate_fidelity_16core.json")
     with tempfile.TemporaryDirectory(prefix="prism-bench-") as tmp:
         summary = run_all(names, sizes, Path(ns.keep or tmp), out, budget_s=ns.budget_s, first_job_s=ns.first_job_s,
+                          parallel=ns.parallel,
                           ranks=ranks or (2, 5), repeats=ns.repeats, real_repeats=ns.real_repeats,
                           slice_size=ns.slice_size, calibration_repeats=ns.calibration_repeats, timeout_s=ns.timeout)
     print(f"{out}: {sum('ranks' in j for j in summary['jobs'])} of {len(summary['jobs'])} jobs measured; "
