@@ -98,7 +98,7 @@ class EmulateOptions:
     assistant_gpus: tuple[int, ...] = ()
     """GPUs for the replayers; () = the layout's default."""
     memory: str = "pass"
-    """CPU jobs with tracked peaks and no memory cap. ``pass``: the peaks come from a first,
+    """CPU jobs with tracked peaks and no memory cap. ``pass``: the peaks come from a second,
     untimed emulation (``<out>/memory-pass``) and the timed one runs without the per-op tracker
     (prism.graph.memory_pass); ``inline``: one emulation, tracked and timed (the tracker's ~5 µs
     per aten op in every step); ``untracked``: one emulation without the tracker (RSS peaks: for
@@ -254,9 +254,10 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
         return once(job, options, out)
     if options.memory == "untracked":
         return once(timed_pass_job(job), options, out)
+    # The timed pass first: a failing script fails there, with its logs where they always were.
+    result = once(timed_pass_job(job), options, out)
     memory_out = out / MEMORY_PASS_DIR
     once(memory_pass_job(job), dataclasses.replace(options, capture_dir="", profile=False), memory_out)
-    result = once(timed_pass_job(job), options, out)
     for r in ranks:
         with record_path(memory_out, r).open("rb") as f:
             tracked = pickle.load(f)  # noqa: S301 - our own worker's output
