@@ -4,8 +4,10 @@ Per example (W=4, small sizes that fit the 2-core host), the job runs alternatel
 
 * plain: W processes started as torchrun starts them (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/
   PORT, OMP_NUM_THREADS=1), the script's own ``init_process_group`` (gloo), no prism;
-* record: ``prism record --job JOB --out RUN`` (a subprocess): the shim, the recorder, the memory
-  tracker and the ``passthrough`` engine over real gloo groups.
+* record: ``prism record --job JOB --out RUN`` (a subprocess): the shim, the recorder and the
+  ``passthrough`` engine over real gloo groups. On CPU it runs the job twice (a memory pass with the
+  tracker, then the timed pass without it: docs/timing.md); the probe names its files by pass and
+  only the timed pass's steps are counted (a baseline tree without passes: its one tracked run).
 
 Both sides carry the same step probe (bench/_step_probe/sitecustomize.py: an optimizer step post
 hook noting the wall clock and the process's CPU time, all threads). The CPU time per step is the
