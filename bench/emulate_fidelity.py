@@ -26,6 +26,12 @@ where users look.
     python bench/emulate_fidelity.py --shapes 2x4 --repeats 1
     python bench/emulate_fidelity.py --keep /tmp/fid --reuse # reuse the real runs / timed graphs there
 
+``--examples``: instead of the synthetic shapes, every example at W=8 at long (>= 50 ms) and
+default step sizes, within ``--budget-s`` (bench/_examples_fidelity.py), JSON to
+bench/results/emulate_fidelity_16core.json:
+
+    python bench/emulate_fidelity.py --examples all --budget-s 500 --parallel 2 --slice-size 4 --calibration-repeats 1
+
 JSON goes to ``--out`` (default bench/results/emulate_fidelity.json).
 """
 
@@ -288,10 +294,24 @@ def main() -> None:
     p.add_argument("--asap", action="store_true", help="also run one ASAP emulation (no timed graph)")
     p.add_argument("--keep", default=None, help="directory for the run directories (default: a temporary one)")
     p.add_argument("--reuse", action="store_true", help="with --keep: reuse real runs and timed graphs found there")
-    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "emulate_fidelity.json"))
+    p.add_argument("--out", default=None, help="JSON (default: bench/results/emulate_fidelity.json, with "
+                                               "--examples emulate_fidelity_16core.json)")
+    p.add_argument("--examples", nargs="+", default=None, metavar="NAME",
+                   help="every example ('all') or these, at W=8 (bench/_examples_fidelity.py)")
+    p.add_argument("--sizes", default="long,default", help="with --examples: long (>= 50 ms steps), default")
+    p.add_argument("--budget-s", type=float, default=float("inf"),
+                   help="with --examples: start no job that would not end within this many seconds")
+    p.add_argument("--first-job-s", type=float, default=60.0,
+                   help="with --examples: the time assumed for a job before one has finished")
+    p.add_argument("--timeout", type=float, default=300.0, help="with --examples: stall limit of each run")
+    p.add_argument("--parallel", type=int, default=1, help="with --examples: jobs at once")
     ns = p.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     ranks = tuple(int(r) for r in ns.ranks.split(",")) if ns.ranks else None
+    if ns.examples:
+        _examples(ns, ranks)
+        return
+    ns.out = ns.out or str(ROOT / "bench" / "results" / "emulate_fidelity.json")
     console = Console()
     results = []
     with tempfile.TemporaryDirectory(prefix="prism-bench-") as tmp:
@@ -313,6 +333,24 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=1))
     console.print(f"{out}: target {'met' if summary['met'] else 'NOT met'}")
+
+
+def _examples(ns, ranks) -> None:
+    from _examples_fidelity import EXAMPLES, SIZES, run_all
+
+    names = list(EXAMPLES) if ns.examples == ["all"] else ns.examples
+    unknown = [n for n in names if n not in EXAMPLES]
+    sizes = ns.sizes.split(",")
+    if unknown or not set(sizes) <= set(SIZES):
+        raise SystemExit(f"unknown examples {unknown} (known: {', '.join(EXAMPLES)}) or sizes {sizes} (known: {SIZES})")
+    out = Path(ns.out or ROOT / "bench" / "results" / "emulate_fidelity_16core.json")
+    with tempfile.TemporaryDirectory(prefix="prism-bench-") as tmp:
+        summary = run_all(names, sizes, Path(ns.keep or tmp), out, budget_s=ns.budget_s, first_job_s=ns.first_job_s,
+                          parallel=ns.parallel,
+                          ranks=ranks or (2, 5), repeats=ns.repeats, real_repeats=ns.real_repeats,
+                          slice_size=ns.slice_size, calibration_repeats=ns.calibration_repeats, timeout_s=ns.timeout)
+    print(f"{out}: {sum('ranks' in j for j in summary['jobs'])} of {len(summary['jobs'])} jobs measured; "
+          f"long-step targets {'met' if summary.get('met_long') else 'NOT met'}", flush=True)
 
 
 if __name__ == "__main__":

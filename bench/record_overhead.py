@@ -4,8 +4,10 @@ Per example (W=4, small sizes that fit the 2-core host), the job runs alternatel
 
 * plain: W processes started as torchrun starts them (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/
   PORT, OMP_NUM_THREADS=1), the script's own ``init_process_group`` (gloo), no prism;
-* record: ``prism record --job JOB --out RUN`` (a subprocess): the shim, the recorder, the memory
-  tracker and the ``passthrough`` engine over real gloo groups.
+* record: ``prism record --job JOB --out RUN`` (a subprocess): the shim, the recorder and the
+  ``passthrough`` engine over real gloo groups. On CPU it runs the job twice (a memory pass with the
+  tracker, then the timed pass without it: docs/timing.md); the probe names its files by pass and
+  only the timed pass's steps are counted (a baseline tree without passes: its one tracked run).
 
 Both sides carry the same step probe (bench/_step_probe/sitecustomize.py: an optimizer step post
 hook noting the wall clock and the process's CPU time, all threads). The CPU time per step is the
@@ -79,7 +81,8 @@ def _steps(step_dir: Path, warmup: int) -> tuple[list[float], list[float]]:
     between two consecutive optimizer step ends; the first ``warmup`` and the last one (ranks
     start leaving) are dropped."""
     wall, cpu = [], []
-    for path in sorted(step_dir.glob("pid-*.txt")):
+    # A two-pass record's memory pass is not the recorded run.
+    for path in sorted(p for p in step_dir.glob("pid-*.txt") if not p.name.endswith("-memory.txt")):
         ends = [tuple(int(x) for x in line.split()) for line in path.read_text().splitlines()]
         diffs = [((b[0] - a[0]) / 1e6, (b[1] - a[1]) / 1e6) for a, b in zip(ends, ends[1:])][warmup:-1]
         wall += [w for w, _ in diffs]

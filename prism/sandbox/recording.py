@@ -2,6 +2,13 @@
 
 This is the ground truth every fidelity claim is compared with (DESIGN §10), recorded by the
 same recorder that the other modes use.
+
+The recorder must not change the job it records, but the CPU memory tracker costs ~5 µs per aten
+op (``bench/memtrack_cost.py``: +20 % per step on moe). So on CPU the job runs twice
+(:mod:`prism.graph.memory_pass`): a *memory pass* with the tracker (its peaks, and the memory
+cap's enforcement), then the *timed pass* without it, whose nodes, step times and losses are the
+recorded graph. Both are real runs of the same program on the same backend, so the peaks are what
+a single tracked run reports.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from prism.core.config import JobConfig
 from prism.core.errors import HangError, MismatchError, RankFailedError, RankOOMError
 from prism.core.rundir import RunDir
 from prism.graph.io import write_graph
+from prism.graph.memory_pass import memory_pass_job, needs_memory_pass, timed_pass_job, with_tracked_peaks
 from prism.graph.records import Graph, RankRecord
 
 from .launch import LaunchOptions, assemble_graph, launch_ranks
@@ -37,19 +45,44 @@ def record_job(
     timeout_s: float = 600.0,
     cuda_backend: str = "nccl",
     on_progress: Callable[[int, int], None] | None = None,
+    memory_pass: bool | None = None,
 ) -> Graph:
-    """Run the real job and write RUN/job.yaml and RUN/graph/real/."""
+    """Run the real job and write RUN/job.yaml and RUN/graph/real/.
+
+    ``memory_pass``: measure the tracked peaks in a separate untimed run (default: on CPU when the
+    tracker is in use, see the module's docstring); False tracks them inside the timed run."""
     run = RunDir(Path(run_dir))
     run.root.mkdir(parents=True, exist_ok=True)
     run.save_job(job)
     failure = run.root / FAILURE_FILE
     failure.unlink(missing_ok=True)
+    if memory_pass is None:
+        memory_pass = needs_memory_pass(job)
+    options = LaunchOptions(engine="passthrough", timeout_s=timeout_s, cuda_backend=cuda_backend, log_dir=str(run.logs))
+    if not memory_pass:
+        records = _launch(job, options, failure, on_progress)
+    else:
+        total = 2 * job.world_size
+
+        def progress(offset: int) -> Callable[[int, int], None] | None:
+            return None if on_progress is None else lambda done, _n: on_progress(offset + done, total)
+
+        tracked = _launch(memory_pass_job(job), dataclasses.replace(options, log_dir=str(run.logs / "memory-pass")),
+                          failure, progress(0))
+        records = [with_tracked_peaks(rec, mem) for rec, mem in
+                   zip(_launch(timed_pass_job(job), options, failure, progress(job.world_size)), tracked)]
+    graph = assemble_graph(job, records, kind="real")
+    if memory_pass:
+        graph.meta["memory"] = "separate tracked pass"
+    write_graph(graph, run.graph_dir("real"))
+    log.info("recorded %d ranks of %s into %s", job.world_size, job.name, run.graph_dir("real"))
+    return graph
+
+
+def _launch(job: JobConfig, options: LaunchOptions, failure: Path,
+            on_progress: Callable[[int, int], None] | None) -> list[RankRecord]:
     try:
-        records = launch_ranks(
-            job,
-            LaunchOptions(engine="passthrough", timeout_s=timeout_s, cuda_backend=cuda_backend, log_dir=str(run.logs)),
-            on_progress=on_progress,
-        )
+        return launch_ranks(job, options, on_progress=on_progress)
     except RankFailedError as e:
         atomic_write_text(failure, json.dumps(failure_summary(e), indent=1))
         raise
@@ -58,10 +91,6 @@ def record_job(
         atomic_write_text(failure, json.dumps({"kind": "mismatch" if isinstance(e, MismatchError) else "hang",
                                                "error": lines[0], "report": lines[1:]}, indent=1))
         raise
-    graph = assemble_graph(job, records, kind="real")
-    write_graph(graph, run.graph_dir("real"))
-    log.info("recorded %d ranks of %s into %s", job.world_size, job.name, run.graph_dir("real"))
-    return graph
 
 
 def failure_summary(error: RankFailedError) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import json
 import logging
 import os
 import pickle
@@ -71,6 +72,7 @@ def make_engine(spec: WorkerSpec) -> CommEngine:
             device_path=opts.get("device_path", "host"),
             device_index=spec.shim.local_rank,
             graph_dir=opts.get("graph_dir") or None,
+            connect_groups=json.loads(opts.get("connect_groups") or "[]"),
         )
     if name in ENGINE_NAMES:
         raise ValueError(f"comm engine {name!r} is not available in this build")

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import logging
 import math
+import pickle
 import sys
 import time
 from collections.abc import Callable
@@ -36,8 +38,10 @@ from prism.core.hangwatch import HangWatcher, rank_timeout_s
 from prism.core.layout import DeviceLayout, device_layout
 from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
-from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, with_ooms
+from prism.core.atomic import atomic_write_bytes
+from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, record_path, with_ooms
 from prism.graph.io import read_graph, verify_graph
+from prism.graph.memory_pass import memory_pass_job, needs_memory_pass, timed_pass_job, with_tracked_peaks
 from prism.graph.opsig import recorded_ops
 from prism.nccl_patches.algorithms import policy_from_env
 from prism.nccl_patches.recorded_store import check_files, derive_from_capture, recorded_dir
@@ -56,6 +60,8 @@ __all__ = [
     "PROFILE_DIR",
 ]
 
+MEMORY_PASS_DIR = "memory-pass"
+"""The untimed, tracked emulation whose peaks the timed one reports (``EmulateOptions.memory_pass``)."""
 PROFILE_DIR = "profile"
 """``--profile``: the sandbox ranks' torch.profiler traces, <out>/profile/rank<R>.json."""
 
@@ -91,6 +97,12 @@ class EmulateOptions:
     """GPUs for the sandbox ranks (round-robin); () = the layout's default."""
     assistant_gpus: tuple[int, ...] = ()
     """GPUs for the replayers; () = the layout's default."""
+    memory: str = "pass"
+    """CPU jobs with tracked peaks and no memory cap. ``pass``: the peaks come from a second,
+    untimed emulation (``<out>/memory-pass``) and the timed one runs without the per-op tracker
+    (prism.graph.memory_pass); ``inline``: one emulation, tracked and timed (the tracker's ~5 µs
+    per aten op in every step); ``untracked``: one emulation without the tracker (RSS peaks: for
+    runs that only time, such as calibration slices)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +120,8 @@ class SandboxRankResult:
     first_op_done_s: float | None
     """Seconds from launch to this rank's first completed op."""
     peak_rss_bytes: int
+    lazy_transports: tuple[str, ...] = ()
+    """Groups whose transport connected inside an op, not when the script created the group."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +246,30 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     out.mkdir(parents=True, exist_ok=True)
     layout = _layout(job, ranks, options)
     log.info("layout: %s", layout.describe())
+    once = functools.partial(_emulate_once, run, ranks=ranks, kind=kind, recorded=recorded, layout=layout)
+    if options.memory not in ("pass", "inline", "untracked"):
+        raise ValueError(f"EmulateOptions.memory must be pass, inline or untracked, got {options.memory!r}")
+    # A cap must fail at the same allocation as in the real run: tracked, in the one pass.
+    if not needs_memory_pass(job) or job.memory_cap_bytes or options.memory == "inline":
+        return once(job, options, out)
+    if options.memory == "untracked":
+        return once(timed_pass_job(job), options, out)
+    # The timed pass first: a failing script fails there, with its logs where they always were.
+    result = once(timed_pass_job(job), options, out)
+    memory_out = out / MEMORY_PASS_DIR
+    once(memory_pass_job(job), dataclasses.replace(options, capture_dir="", profile=False), memory_out)
+    for r in ranks:
+        with record_path(memory_out, r).open("rb") as f:
+            tracked = pickle.load(f)  # noqa: S301 - our own worker's output
+        with record_path(out, r).open("rb") as f:
+            timed = pickle.load(f)  # noqa: S301
+        atomic_write_bytes(record_path(out, r), pickle.dumps(with_tracked_peaks(timed, tracked)))
+    return result
+
+
+def _emulate_once(run: RunDir, job: JobConfig, options: EmulateOptions, out: Path, *, ranks: tuple[int, ...],
+                  kind: str, recorded: Path, layout: DeviceLayout) -> EmulateResult:
+    out.mkdir(parents=True, exist_ok=True)
     # Ranks and replayers wait longer than the hang watcher's stall limit (it explains a stall).
     store, addr = _start_store(rank_timeout_s(options.timeout_s))
     launched = time.time()
@@ -241,11 +279,12 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
             "capture_dir": options.capture_dir, "device_path": layout.path,
             "graph_dir": str(run.graph_dir(kind))}
     starts = []
+    connect = _groups_used(run.graph_dir(kind), ranks)
     for r in ranks:
         path = out / f"spec-{r:05d}.json"
         path.write_text(_worker_spec(job, r, present=ranks, store_addr=addr, out_dir=out,
                                      timeout_s=rank_timeout_s(options.timeout_s),
-                                     engine_options=opts, origin_ns=origin, gpu=layout.rank_gpu.get(r),
+                                     engine_options={**opts, "connect_groups": json.dumps(connect[r])}, origin_ns=origin, gpu=layout.rank_gpu.get(r),
                                      profile_dir=str(out / PROFILE_DIR) if options.profile else "").to_json())
         starts.append((r, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)]))
     for i in range(options.num_replayers):
@@ -265,6 +304,14 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     result = _collect_results(out, job.world_size, ranks, options.num_replayers, launched, wall, kind)
     result.extra["layout"] = layout.describe()
     return result
+
+
+def _groups_used(graph_dir: Path, ranks: tuple[int, ...]) -> dict[int, list[str]]:
+    """The groups each sandbox rank communicates on (size > 1): their transports connect when the
+    script creates them (prism.sandbox.engines.live)."""
+    graph = read_graph(graph_dir)
+    return {r: sorted({n.group_id for n in graph.nodes.get(r, ()) if n.is_comm
+                       and len(graph.groups[n.group_id].ranks) > 1}) for r in ranks}
 
 
 def _layout(job: JobConfig, ranks: tuple[int, ...], options: EmulateOptions) -> DeviceLayout:
@@ -312,7 +359,7 @@ def _collect_results(out: Path, world_size: int, ranks, num_replayers: int, laun
             diverged_ops=tuple(f"{x['op']} {x['key']}" for x in d["diverged_ops"]),
             num_transports=d["num_transports"], num_connections=d["num_connections"],
             traffic_bytes=d["traffic_bytes"], first_op_done_s=_since(d["first_op_done_unix_s"], launched),
-            peak_rss_bytes=d["peak_rss_bytes"],
+            peak_rss_bytes=d["peak_rss_bytes"], lazy_transports=tuple(d.get("lazy_transports", ())),
         )
     reps = []
     for i in range(num_replayers):

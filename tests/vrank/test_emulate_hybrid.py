@@ -46,6 +46,9 @@ def test_ranks_2_and_5_reproduce_the_capture_run_bitwise(hybrid_run, tmp_path):
         got = result.ranks[r]
         assert got.num_ops == len(real.comm_nodes(r))
         assert got.diverged_ops == ()
+        # Every transport connected when the script created its group (as ProcessGroupGloo does),
+        # none inside a measured op.
+        assert got.num_transports == 3 and got.lazy_transports == ()
         want = load_file(str(capture / f"rank-{r:05d}.safetensors"))
         mine = load_file(str(tmp_path / "emu" / f"rank-{r:05d}.safetensors"))
         assert mine.keys() == want.keys()

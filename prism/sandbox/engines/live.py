@@ -3,9 +3,12 @@
 Every op becomes one pruned collective per tensor (:func:`~prism.nccl_patches.vplan.op_parts`),
 run with :func:`~prism.nccl_patches.run_sandbox_side` over the transport of the op's group. The
 transport of a group connects its sandbox members and, when it has vranks, the replayer that
-hosts them (:func:`~prism.nccl_patches.vplan.endpoint_plan`); sandbox members talk directly. A
-group's transport is built the first time the group is used (virtualized initialization: no
-connection for groups that never communicate, none to pruned vranks).
+hosts them (:func:`~prism.nccl_patches.vplan.endpoint_plan`); sandbox members talk directly. In an
+emulation (``connect_groups``: the groups the graph shows this rank communicating on) a group's
+transport connects when the script creates the group, as ProcessGroupGloo connects in its
+constructor, so no measured step pays a connection the real run paid at start-up; groups that never
+communicate get none (virtualized initialization), and pruned vranks none either. Without that list
+(the capture run) a transport connects when the group is first used.
 
 Ops run on one background thread per *channel* — the collectives of a group, and each
 (src, dst, group) message stream — in issue order, so DDP (which waits on futures) and pipeline
@@ -136,6 +139,7 @@ class LiveEngine(CommEngine):
         device_path: str = "host",
         device_index: int = 0,
         graph_dir: str | None = None,
+        connect_groups: Sequence[str] | None = None,
     ) -> None:
         self.rank = rank
         self.sandbox = frozenset(range(world_size) if sandbox is None else sandbox)
@@ -174,6 +178,9 @@ class LiveEngine(CommEngine):
                 # part): their ops are what the real job's are, on the real links.
                 self._real = PassthroughEngine(cuda_backend="nccl", timeout_s=timeout_s)
         self._real_groups: set[str] = set()
+        self._connect_groups = frozenset(connect_groups or ())
+        self._lazy: list[str] = []
+        """Groups whose transport connected inside an op rather than at the group's creation."""
 
     # ------------------------------------------------------------------------------ plumbing
 
@@ -184,7 +191,7 @@ class LiveEngine(CommEngine):
         return dist.TCPStore(host, int(port), is_master=False, wait_for_workers=False,
                              timeout=datetime.timedelta(seconds=self.timeout_s))
 
-    def _transport(self, group: GroupHandle) -> WideTagTransport:
+    def _transport(self, group: GroupHandle, *, at_creation: bool = False) -> WideTagTransport:
         gid = group.group_id
         with self._lock:
             lock = self._transport_locks.setdefault(gid, threading.Lock())
@@ -196,6 +203,8 @@ class LiveEngine(CommEngine):
                     self._transport_store(), plan.endpoint_of[group.group_rank], plan.num_endpoints,
                     plan.endpoint_of, timeout_s=self.timeout_s, prefix=transport_prefix(gid),
                 )
+                if not at_creation:
+                    self._lazy.append(gid)
             return self._transports[gid]
 
     @staticmethod
@@ -205,6 +214,9 @@ class LiveEngine(CommEngine):
 
     def create_group(self, group: GroupHandle, store: object) -> None:
         if self._lanes is None:
+            if group.size > 1 and group.group_id in self._connect_groups:
+                with untracked():
+                    self._transport(group, at_creation=True)
             return
         # Sizes 1 included: a mesh dimension of size 1 is a one-rank NCCL communicator in the real
         # job (its all-reduce is a device copy at most), not a trip through host memory.
@@ -460,6 +472,7 @@ class LiveEngine(CommEngine):
             "diverged_ops": self._diverged,
             "num_transports": len(self._transports),
             "num_connections": sum(t.pg.size() - 1 for t in self._transports.values()),
+            "lazy_transports": self._lazy,
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "traffic_bytes": self._traffic_bytes + (lanes.traffic_bytes if lanes is not None else 0),
             "first_op_done_unix_s": self._first_done_unix_s,

@@ -17,9 +17,11 @@ next activation would then wait for the stage after it, which no real gloo run d
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import datetime
 import logging
+import os
 import queue
 import threading
 
@@ -83,6 +85,31 @@ def _host_copy(req: CommRequest) -> CommRequest | None:
     return dataclasses.replace(req, inputs=[host(t) for t in req.inputs], outputs=[host(t) for t in req.outputs])
 
 
+def _unowned(req: CommRequest) -> CommRequest:
+    """The request on aliases of its CPU tensors that do not own their memory (aliasing kept).
+
+    ProcessGroupGloo's worker thread holds a collective's tensors until it drops the work, which
+    it does only after completing the future that wakes the script (``ProcessGroupGloo::runLoop``):
+    a tensor the script frees right after the op then lives on for however long that thread takes,
+    and counts in the rank's tracked peak or not depending on scheduling (#12: 2-4 KiB on hybrid's
+    measured steps; ``bench/gloo_hold.py``). Given aliases, gloo's references keep no storage of the
+    script's alive; the engine holds the real tensors until the op completes, and drops them
+    before the script wakes, as the ``live`` engine does."""
+    aliases: dict[int, torch.Tensor] = {}
+
+    def alias(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in aliases:
+            st = t.untyped_storage()
+            if t.is_cpu and st.nbytes():
+                raw = torch.frombuffer((ctypes.c_char * st.nbytes()).from_address(st.data_ptr()), dtype=torch.uint8)
+                aliases[id(t)] = raw.view(t.dtype).as_strided(t.size(), t.stride(), t.storage_offset())
+            else:
+                aliases[id(t)] = t
+        return aliases[id(t)]
+
+    return dataclasses.replace(req, inputs=[alias(t) for t in req.inputs], outputs=[alias(t) for t in req.outputs])
+
+
 class PassthroughEngine(CommEngine):
     name = "passthrough"
     divides_avg = True
@@ -97,6 +124,9 @@ class PassthroughEngine(CommEngine):
         self._stores: dict[str, object] = {}
         self._waiters: dict[tuple, queue.SimpleQueue] = {}
         self._lock = threading.Lock()
+        # Only where the tracked CPU peak is measured (record's memory pass): elsewhere the aliases
+        # would only cost time (prism.sandbox.memory reads the same variable).
+        self._unowned = os.environ.get("PRISM_MEMORY", "tracked") == "tracked"
 
     def create_group(self, group: GroupHandle, store) -> None:
         self._stores[group.group_id] = store
@@ -120,7 +150,9 @@ class PassthroughEngine(CommEngine):
         pg = self._backend_for(req)
         staged = _host_copy(req) if isinstance(pg, dist.ProcessGroupGloo) else None
         with untracked():
-            works = self._start(pg, staged or req)
+            # Host copies (staged) are the engine's own: only the script's CPU tensors are aliased.
+            unowned = self._unowned and staged is None and isinstance(pg, dist.ProcessGroupGloo)
+            works = self._start(pg, staged or (_unowned(req) if unowned else req))
         futures = [self._future_of(w, req) for w in works]
         done = torch.futures.collect_all(futures) if len(futures) != 1 else futures[0]
         if not isinstance(pg, dist.ProcessGroupGloo) and works:
@@ -131,13 +163,13 @@ class PassthroughEngine(CommEngine):
         # and empties ``held`` as it runs, or a tensor only the op still references (a pipeline
         # stage's sent gradient) would outlive the script's wake-up by however long that thread
         # takes, and count in the rank's peak or not depending on scheduling.
-        held = [req.outputs, staged.outputs if staged is not None else req.outputs]
+        held = [req.outputs, staged.outputs if staged is not None else req.outputs, req.inputs if unowned else ()]
         divide = self.divides_avg and req.reduce_op == "avg" and req.op in (
             CommOp.ALL_REDUCE, CommOp.REDUCE_SCATTER, CommOp.REDUCE)
         del staged
 
         def finish(f):
-            outputs, results = held
+            outputs, results, _inputs = held
             held.clear()
             f.value()  # re-raises a backend error into our future
             if divide:

@@ -1,0 +1,211 @@
+"""``bench/emulate_fidelity.py --examples``: every example at W=8, real runs vs emulations.
+
+Per example (ddp, fsdp2, tp, pp 1F1B and interleaved, moe, hybrid, synthetic) and size — ``long``
+(the examples' size arguments chosen so a step takes >= 50 ms of compute on one core: rank 0
+alone measured 80-120 ms of CPU per step on the 2-core host) and ``default`` (the job file's
+arguments: short steps) — the job runs with 1 warm-up, 5 measured and 1 cool-down step:
+
+1. ``--real-repeats`` real runs (``record_job``; the first is the structure the calibration uses);
+2. one capture run and ``calibrate_run`` (slices of ``--slice-size`` real ranks);
+3. ``--repeats`` emulations of two sandbox ranks (default 2 and 5) on the timed clock.
+
+Every run is timed without the CPU memory tracker (``PRISM_MEMORY=rss`` in the job's environment:
+real and emulated alike), so the figures compare like with like. Reported per rank: per-step
+medians of the real runs and of the emulations, the emulated mean and max-step errors, the
+calibrated prediction's error, and the emulator's overhead per comm op of the rank (emulated −
+real ms per step over the rank's comm ops per step).
+
+``--parallel N`` runs N jobs at once (each is W=8 processes plus a replayer: 2 fit 32 cores).
+``--budget-s``: a job is started only when the time spent so far plus the longest job so far (or
+``--first-job-s`` before any) fits; the rest are recorded as skipped. The JSON is rewritten after
+every job, so a run stopped from outside keeps what finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import statistics
+import threading
+import time
+from pathlib import Path
+
+from prism.core.config import load_job
+from prism.graph.io import read_graph
+from prism.graph.records import NodeKind
+from prism.sandbox.recording import record_job
+from prism.vrank_replayer import EmulateOptions
+from prism.vrank_replayer.calibrate_run import calibrate_run
+from prism.vrank_replayer.emulate_report import emulate_and_report
+from prism.vrank_replayer.fidelity import step_errors
+from prism.vrank_replayer.launch import capture_job
+
+ROOT = Path(__file__).resolve().parents[1]
+WARMUP, MEASURED, COOLDOWN = 1, 5, 1
+
+# name -> (job file, long-step size arguments); the default size is the job file's own arguments.
+EXAMPLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "ddp": ("examples/ddp/job.yaml", ("--batch", "2048", "--dim", "128", "--hidden", "512", "--layers", "4")),
+    "fsdp2": ("examples/fsdp2/job.yaml",
+              ("--batch", "16", "--seq", "128", "--dim", "128", "--heads", "4", "--layers", "2", "--vocab", "256")),
+    "tp": ("examples/tp/job.yaml", ("--batch", "2048", "--dim", "256", "--hidden", "1024", "--layers", "2")),
+    "pp-1f1b": ("examples/pp/job.yaml", ("--microbatch-size", "256", "--dim", "256")),
+    "pp-interleaved": ("examples/pp/job-interleaved.yaml", ("--microbatch-size", "256", "--dim", "256")),
+    "moe": ("examples/moe/job.yaml", ("--tokens", "4096", "--dim", "128", "--hidden", "512")),
+    "hybrid": ("examples/hybrid/job.yaml", ("--microbatch-size", "256", "--dim", "256")),
+    "synthetic": ("examples/synthetic/job.yaml", ("--microbatches", "4", "--fwd-ms", "5", "--bwd-ms", "10")),
+}
+SIZES = ("long", "default")
+
+log = logging.getLogger("bench")
+
+
+def example_job(name: str, size: str):
+    """The example's job at W=8 with 1 + 5 + 1 steps, untracked memory, at ``size``."""
+    path, long_args = EXAMPLES[name]
+    job = load_job(ROOT / path)
+    args = list(job.args)
+    i = args.index("--steps")
+    args[i + 1] = str(WARMUP + MEASURED + COOLDOWN)
+    if size == "long":
+        args += long_args  # argparse: the last value of a repeated option wins
+    return dataclasses.replace(job, name=f"{name}-{size}", args=tuple(args),
+                               iterations=dataclasses.replace(job.iterations, warmup=WARMUP, measured=MEASURED),
+                               env={**job.env, "PRISM_MEMORY": "rss"})
+
+
+def _median_steps(runs: list[list[float]]) -> list[float]:
+    return [statistics.median(steps) for steps in zip(*runs, strict=False)]
+
+
+def _comm_ops_per_step(nodes) -> float:
+    steps = sum(1 for n in nodes if n.kind is NodeKind.MARK and n.mark == "step_end")
+    return sum(1 for n in nodes if n.is_comm) / max(1, steps)
+
+
+def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...], repeats: int, real_repeats: int,
+                slice_size: int, calibration_repeats: int, timeout_s: float) -> dict:
+    job = example_job(name, size)
+    kept = WARMUP + MEASURED
+    shutil.rmtree(run, ignore_errors=True)
+    wall: dict[str, float] = {}
+    t0 = time.time()
+    real_dirs = [run, *(run / "real-repeats" / str(i) for i in range(1, real_repeats))]
+    reals = [record_job(job, d, timeout_s=timeout_s) for d in real_dirs]
+    wall["record_all"] = time.time() - t0
+    t0 = time.time()
+    capture_job(job, run, timeout_s=timeout_s)
+    calibrate_run(run, slice_size=slice_size, skip_steps=WARMUP, repeats=calibration_repeats, timeout_s=timeout_s)
+    wall["capture_and_calibrate"] = time.time() - t0
+    timed = read_graph(run / "graph" / "timed")
+    t0 = time.time()
+    emus = [emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s), skip_steps=WARMUP)
+            for _ in range(repeats)]
+    wall["emulate_all"] = time.time() - t0
+    rows = {}
+    for r in ranks:
+        real_runs = [[s / 1e6 for s in g.summaries[r].step_times_ns][:kept] for g in reals]
+        real_ms = _median_steps(real_runs)
+        emu_runs = [e.data["ranks"][str(r)]["step_ms"][:kept] for e in emus]
+        emu_ms = _median_steps(emu_runs)
+        ends = [n.start_ns for n in timed.nodes[r] if n.kind is NodeKind.MARK and n.mark == "step_end"]
+        pred_ms = [(b - a) / 1e6 for a, b in zip([0, *ends[:-1]], ends, strict=False)][:kept]
+        emulated = step_errors(emu_ms, real_ms, WARMUP)
+        ops = _comm_ops_per_step(reals[0].nodes[r])
+        rows[str(r)] = {
+            "real_step_ms": real_ms, "real_runs_step_ms": real_runs,
+            "emulated_step_ms": emu_ms, "emulated_runs_step_ms": emu_runs,
+            "emulated": dataclasses.asdict(emulated),
+            "calibrated_step_ms": pred_ms,
+            "calibrated_prediction": dataclasses.asdict(step_errors(pred_ms, real_ms, WARMUP)),
+            "comm_ops_per_step": ops,
+            "overhead_us_per_comm_op": (emulated.mean_ms - emulated.real_mean_ms) * 1e3 / ops if ops else None,
+        }
+    return {"example": name, "size": size, "args": list(job.args), "world_size": job.world_size,
+            "sandbox_ranks": list(ranks), "repeats": repeats, "real_repeats": real_repeats,
+            "slice_size": slice_size, "calibration_repeats": calibration_repeats, "wall_s": wall,
+            "mean_abs_rel_error": max(abs(v["emulated"]["mean_rel_error"]) for v in rows.values()),
+            "max_step_rel_error": max(v["emulated"]["max_rel_error"] for v in rows.values()),
+            "calibrated_abs_rel_error": max(abs(v["calibrated_prediction"]["mean_rel_error"]) for v in rows.values()),
+            "ranks": rows}
+
+
+def run_all(names: list[str], sizes: list[str], base: Path, out: Path, *, budget_s: float, first_job_s: float,
+            parallel: int = 1, **kw) -> dict:
+    """Every (example, size), long sizes first, ``parallel`` jobs at a time, within ``budget_s``;
+    progress on stdout."""
+    start = time.time()
+    pending = [(n, s) for s in sizes for n in names]
+    total = len(pending)
+    summary = {"benchmark": "emulate_fidelity_examples", "budget_s": budget_s, "parallel": parallel,
+               "target": {"mean_abs_rel_error": 0.02, "max_step_rel_error": 0.05, "calibrated_abs_rel_error": 0.02},
+               "settings": {k: v for k, v in kw.items() if k != "ranks"}, "sandbox_ranks": list(kw["ranks"]),
+               "host_cpus": os.cpu_count(), "jobs": []}
+    lock = threading.Lock()
+    longest = [first_job_s]
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                name, size = pending.pop(0)
+                k = total - len(pending)
+                spent = time.time() - start
+                if spent + longest[0] > budget_s:
+                    print(f"[{spent:5.0f} s] {name} {size}: skipped (needs ~{longest[0]:.0f} s, "
+                          f"{budget_s - spent:.0f} s left)", flush=True)
+                    summary["jobs"].append({"example": name, "size": size, "skipped": "budget"})
+                    _write(summary, out, start)
+                    continue
+            print(f"[{spent:5.0f} s] {k}/{total} {name} {size} ...", flush=True)
+            t0 = time.time()
+            try:
+                res = run_example(name, size, base / f"{name}-{size}", **kw)
+            except Exception as e:  # noqa: BLE001 - recorded, the next job still runs
+                log.exception("%s %s failed", name, size)
+                res = {"example": name, "size": size, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+            shutil.rmtree(base / f"{name}-{size}", ignore_errors=True)
+            res["job_wall_s"] = took = time.time() - t0
+            with lock:
+                if "error" not in res:
+                    longest[0] = max(longest[0], took)
+                summary["jobs"].append(res)
+                _print(res, took)
+                _write(summary, out, start)
+
+    threads = [threading.Thread(target=worker, name=f"bench-{i}") for i in range(max(1, parallel))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return summary
+
+
+def _print(res: dict, took: float) -> None:
+    name, size = res["example"], res["size"]
+    if "error" in res:
+        print(f"          {name} {size}: FAILED in {took:.0f} s: {res['error']}", flush=True)
+        return
+    for r, v in res["ranks"].items():
+        e, c = v["emulated"], v["calibrated_prediction"]
+        per_op = v["overhead_us_per_comm_op"]
+        print(f"          {name} {size} r{r}: real {e['real_mean_ms']:.1f} ms, emulated {e['mean_ms']:.1f} ms "
+              f"({e['mean_rel_error'] * 100:+.2f} %, max step {e['max_rel_error'] * 100:.2f} %), calibrated "
+              f"{c['mean_ms']:.1f} ms ({c['mean_rel_error'] * 100:+.2f} %)"
+              + (f", {per_op:+.0f} us per comm op" if per_op is not None else ""), flush=True)
+    print(f"          {name} {size}: {took:.0f} s", flush=True)
+
+
+def _write(summary: dict, out: Path, start: float) -> None:
+    summary["wall_s"] = time.time() - start
+    t = summary["target"]
+    done = [j for j in summary["jobs"] if "ranks" in j and j["size"] == "long"]
+    summary["met_long"] = bool(done) and all(
+        j["mean_abs_rel_error"] <= t["mean_abs_rel_error"] and j["max_step_rel_error"] <= t["max_step_rel_error"]
+        and j["calibrated_abs_rel_error"] <= t["calibrated_abs_rel_error"] for j in done)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=1))
