@@ -169,14 +169,15 @@ def main() -> int:
             row = run_case(name, example, args, work)
         except Exception as e:  # noqa: BLE001 - a failed case is a result too
             row = {"name": name, "error": f"{type(e).__name__}: {e}"[-4000:]}
-        if ns.save_graphs:
-            _save_graphs(work / name / "run", Path(ns.save_graphs) / name)
-        if not ns.keep:
-            shutil.rmtree(work / name / "run", ignore_errors=True)
+        # The row first: deleting a capture of tens of GB takes long enough to be cut by a timeout.
         print(json.dumps(row), flush=True)
         out["cases"] = [c for c in out["cases"] if c.get("name") != name] + [row]
         Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
         Path(ns.json).write_text(json.dumps(out, indent=1))
+        if ns.save_graphs:
+            _save_graphs(work / name / "run", Path(ns.save_graphs) / name)
+        if not ns.keep:
+            shutil.rmtree(work / name / "run", ignore_errors=True)
     return 0
 
 

@@ -83,13 +83,13 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001 - a failed case is a result too
                 row = {"name": tag, "error": f"{type(e).__name__}: {e}"[-4000:]}
             row["layout_name"] = layout_name
-            if ns.save_graphs:
-                _save_graphs(work / tag / "run", Path(ns.save_graphs) / tag)
-            shutil.rmtree(work / tag / "run", ignore_errors=True)
             print(json.dumps(row), flush=True)
             out["cases"].append(row)
             Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
             Path(ns.json).write_text(json.dumps(out, indent=1))
+            if ns.save_graphs:
+                _save_graphs(work / tag / "run", Path(ns.save_graphs) / tag)
+            shutil.rmtree(work / tag / "run", ignore_errors=True)
     return 0
 
 
