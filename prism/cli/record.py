@@ -25,6 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-cap", type=parse_bytes, default=None, metavar="SIZE",
                    help="per-rank memory cap, e.g. 600000 or 2GiB (0: none; default: the job's memory_cap_bytes); "
                         "a rank above it fails with torch.OutOfMemoryError (exit code 3, RUN/failure.json)")
+    p.add_argument("--payloads", action="store_true",
+                   help="also keep every tensor each rank received (RUN/payloads_real/), for `prism replay --values`")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if args.memory_cap is not None:
         job = dataclasses.replace(job, memory_cap_bytes=args.memory_cap)
     with rank_progress(f"record {job.name}", job.world_size) as progress:
-        graph = record_job(job, args.out, timeout_s=args.timeout, cuda_backend=args.cuda_backend, on_progress=progress)
+        graph = record_job(job, args.out, timeout_s=args.timeout, cuda_backend=args.cuda_backend, on_progress=progress,
+                           payloads=args.payloads)
     print_run_table(graph, title=f"{job.name}: real run, W={job.world_size}")
     return 0

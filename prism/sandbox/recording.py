@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from .launch import LaunchOptions, assemble_graph, launch_ranks
 
 __all__ = ["record_job", "walk_rank", "failure_summary", "FAILURE_FILE"]
 
+PAYLOADS_REAL = "payloads_real"
+"""RUN/payloads_real/rank-R/: the tensors rank R received in the recorded run (``--payloads``)."""
 FAILURE_FILE = "failure.json"
 """Written into the run directory when ``record_job`` stops on a failing rank, a mismatch or a hang."""
 _TAIL_LINES = 12
@@ -37,17 +40,22 @@ def record_job(
     timeout_s: float = 600.0,
     cuda_backend: str = "nccl",
     on_progress: Callable[[int, int], None] | None = None,
+    payloads: bool = False,
 ) -> Graph:
-    """Run the real job and write RUN/job.yaml and RUN/graph/real/."""
+    """Run the real job and write RUN/job.yaml and RUN/graph/real/; with ``payloads``, also every
+    tensor each rank received, in RUN/payloads_real/rank-R/ (what ``prism replay --values`` restores)."""
     run = RunDir(Path(run_dir))
     run.root.mkdir(parents=True, exist_ok=True)
     run.save_job(job)
     failure = run.root / FAILURE_FILE
     failure.unlink(missing_ok=True)
+    payload_root = run.root / PAYLOADS_REAL
+    shutil.rmtree(payload_root, ignore_errors=True)  # a previous recording's values are not this run's
     try:
         records = launch_ranks(
             job,
-            LaunchOptions(engine="passthrough", timeout_s=timeout_s, cuda_backend=cuda_backend, log_dir=str(run.logs)),
+            LaunchOptions(engine="passthrough", timeout_s=timeout_s, cuda_backend=cuda_backend, log_dir=str(run.logs),
+                          engine_options={"payload_dir": str(payload_root / "rank-{rank}")} if payloads else {}),
             on_progress=on_progress,
         )
     except RankFailedError as e:

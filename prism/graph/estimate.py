@@ -1,0 +1,136 @@
+"""Comm durations estimated from historical records (RankLens §IV): nearest neighbours, then a
+locally weighted regression.
+
+A comm op is described by a :class:`CommFeatures` — op kind, group size, whether the group
+crosses a node boundary, bytes, its position in the step (how many comm ops the rank issued
+before it in the same step), the direction of its peer (P2P: the next or the previous rank), the
+rank, and whether it is in the first step (start-up waits are not a steady step's).
+:class:`DurationEstimator` keeps the samples of the history (recorded graphs) and, for a query, takes the ``k`` nearest samples of the same op kind, weights them with a tricube kernel of
+their distance and fits duration = a + b·bytes by weighted least squares (the weighted mean when
+the neighbours all have the same size). The result is never negative.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .records import Graph, Node
+
+__all__ = ["CommFeatures", "DurationEstimator", "features_of", "samples_from_graph"]
+
+
+@dataclass(frozen=True, slots=True)
+class CommFeatures:
+    kind: str
+    """``COLLECTIVE:all_reduce``, ``SEND:send``, ``RECV:recv`` ... (kind and op)."""
+    group_size: int
+    cross_node: bool
+    size_bytes: int
+    position: int
+    """Comm ops this rank issued before this one in the same step."""
+    peer_dir: int
+    """P2P: +1 when the peer's rank is higher, -1 when lower; 0 for collectives."""
+    rank: int
+    first_step: bool = False
+    """The op belongs to the run's first step (start-up: ranks arrive at different times)."""
+
+
+# Weights of the distance terms: an op of another group size, locality or direction is a poor
+# neighbour (a penalty larger than any realistic size difference); another rank at the same
+# place in the step is nearly as good as the same rank (DP replicas run the same schedule).
+_W_GROUP = 4.0
+_W_CROSS = 4.0
+_W_DIR = 4.0
+_W_LOG_BYTES = 1.0
+_W_POSITION = 0.5
+_W_RANK = 0.25
+_W_FIRST = 4.0
+
+
+def _distance(q: CommFeatures, s: CommFeatures) -> float:
+    return (
+        _W_GROUP * (q.group_size != s.group_size)
+        + _W_CROSS * (q.cross_node != s.cross_node)
+        + _W_DIR * (q.peer_dir != s.peer_dir)
+        + _W_LOG_BYTES * abs(math.log2(q.size_bytes + 1) - math.log2(s.size_bytes + 1))
+        + _W_POSITION * abs(q.position - s.position)
+        + _W_RANK * (q.rank != s.rank)
+        + _W_FIRST * (q.first_step != s.first_step)
+    )
+
+
+def features_of(node: Node, *, members: tuple[int, ...], ranks_per_node: int, position: int) -> CommFeatures:
+    """The features of a recorded comm node (``members``: its group's global ranks)."""
+    nodes_spanned = {r // max(1, ranks_per_node) for r in members}
+    peer_dir = 0 if node.peer < 0 or node.kind.value == "COLLECTIVE" else (1 if node.peer > node.rank else -1)
+    return CommFeatures(
+        kind=f"{node.kind.value}:{node.op.value if node.op else ''}",
+        group_size=len(members),
+        cross_node=len(nodes_spanned) > 1,
+        size_bytes=node.size_bytes,
+        position=position,
+        peer_dir=peer_dir,
+        rank=node.rank,
+        first_step=node.step <= 0,
+    )
+
+
+def samples_from_graph(graph: Graph, *, ranks_per_node: int,
+                       exclude: frozenset[tuple[int, int]] = frozenset()) -> list[tuple[CommFeatures, int]]:
+    """(features, duration_ns) of every timed comm node of ``graph`` but the ``(rank, index)`` in
+    ``exclude`` (withheld records)."""
+    out: list[tuple[CommFeatures, int]] = []
+    for rank, nodes in graph.nodes.items():
+        position: dict[int, int] = {}
+        for n in nodes:
+            if not n.is_comm:
+                continue
+            pos = position.get(n.step, 0)
+            position[n.step] = pos + 1
+            if n.duration_ns < 0 or (rank, n.index) in exclude:
+                continue
+            members = graph.groups[n.group_id].ranks if n.group_id in graph.groups else ()
+            out.append((features_of(n, members=members, ranks_per_node=ranks_per_node, position=pos), n.duration_ns))
+    return out
+
+
+class DurationEstimator:
+    """Duration of a comm op from its ``k`` nearest historical samples of the same kind."""
+
+    def __init__(self, samples: Iterable[tuple[CommFeatures, int]], *, k: int = 8) -> None:
+        self.k = k
+        self._by_kind: dict[str, list[tuple[CommFeatures, int]]] = {}
+        for feat, duration in samples:
+            self._by_kind.setdefault(feat.kind, []).append((feat, duration))
+
+    @property
+    def num_samples(self) -> int:
+        return sum(len(v) for v in self._by_kind.values())
+
+    def estimate(self, query: CommFeatures) -> int | None:
+        """Estimated duration in ns, or None when the history has no op of this kind."""
+        pool = self._by_kind.get(query.kind)
+        if not pool:
+            return None
+        dist = np.array([_distance(query, f) for f, _ in pool])
+        order = np.argsort(dist, kind="stable")[: self.k]
+        d = dist[order]
+        y = np.array([pool[i][1] for i in order], dtype=np.float64)
+        x = np.array([pool[i][0].size_bytes for i in order], dtype=np.float64)
+        # Bandwidth just past the farthest neighbour: every neighbour keeps a positive weight.
+        h = max(float(d[-1]), 1e-9) * 1.0001
+        w = (1.0 - (d / h) ** 3) ** 3
+        if float(np.ptp(x)) > 0 and len(x) >= 3:
+            a = np.stack([np.ones_like(x), x - query.size_bytes], axis=1)
+            sw = np.sqrt(w)
+            coef, *_ = np.linalg.lstsq(a * sw[:, None], y * sw, rcond=None)
+            value = float(coef[0])  # the local line at the query's size
+            if value < 0:  # extrapolated below zero: the neighbours' mean is the better guess
+                value = float(np.average(y, weights=w))
+        else:
+            value = float(np.average(y, weights=w))
+        return max(0, int(round(value)))
