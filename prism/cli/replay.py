@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 
 from rich.console import Console
 from rich.table import Table
 
-from prism.sandbox.replaying import DEBUGPY_PORT, replay_rank
+from prism.sandbox.replaying import DEBUGPY_PORT, TIMINGS, replay_rank
 
 from . import add_timeout_argument
 
@@ -22,9 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rank", type=int, required=True, help="logical rank to replay")
     p.add_argument("--values", action="store_true",
                    help="restore each op's recorded outputs (needs `prism record --payloads` or a collection)")
-    p.add_argument("--timing", choices=("recorded", "estimated"), default="recorded",
+    p.add_argument("--timing", choices=TIMINGS, default="recorded",
                    help="recorded: each op's recorded duration (estimated when it has none); estimated: every "
-                        "duration estimated from the other ranks' records")
+                        "duration estimated from the other ranks' records; none: every op completes at once")
     p.add_argument("--steps", type=int, default=0, metavar="N", help="stop after N steps (default: run the script out)")
     p.add_argument("--graph", choices=("real", "timed"), default="real", help="records from graph/real or graph/timed")
     p.add_argument("--withhold", type=float, default=0.0, metavar="FRACTION",
@@ -32,6 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="which records --withhold picks")
     p.add_argument("--debug", nargs="?", const=DEBUGPY_PORT, type=int, default=0, metavar="PORT",
                    help=f"open a debugpy listener (default port {DEBUGPY_PORT}) and wait for a client")
+    p.add_argument("--args", dest="script_args", default=None, metavar="'ARGS'",
+                   help="replace the recorded job's script arguments (one shell-quoted string), e.g. a changed schedule")
     p.add_argument("--json", dest="json_out", default=None, help="also write the figures as JSON to this file")
     add_timeout_argument(p, default_s=600.0, what="the replay", stall=False)
 
@@ -42,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
                                    highlight=False)
     result = replay_rank(args.run, args.rank, values=args.values, timing=args.timing, steps=args.steps,
                          graph=args.graph, withhold=args.withhold, seed=args.seed, debug_port=args.debug,
-                         timeout_s=args.timeout)
+                         timeout_s=args.timeout,
+                         script_args=tuple(shlex.split(args.script_args)) if args.script_args is not None else None)
     table = Table(title=f"replay of rank {args.rank} ({args.timing} timing{', values' if args.values else ''})")
     for col in ("step", "recorded ms", "replayed ms", "loss"):
         table.add_column(col, justify="right")

@@ -4,6 +4,7 @@ estimated) completion time and, with ``values``, the recorded outputs (docs/repl
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import statistics
@@ -18,7 +19,7 @@ from prism.graph.records import RankRecord
 from .engines.recorded import TIMINGS, ReplayOptions
 from .launch import LaunchOptions, launch_ranks
 
-__all__ = ["ReplayError", "ReplayResult", "replay_rank", "DEBUGPY_PORT"]
+__all__ = ["ReplayError", "ReplayResult", "replay_rank", "DEBUGPY_PORT", "TIMINGS"]
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +63,16 @@ class ReplayResult:
 
 def replay_rank(run_dir: str | Path, rank: int, *, values: bool = False, timing: str = "recorded",
                 steps: int = 0, graph: str = "real", withhold: float = 0.0, seed: int = 0,
-                debug_port: int = 0, timeout_s: float = 600.0) -> ReplayResult:
+                debug_port: int = 0, timeout_s: float = 600.0,
+                script_args: tuple[str, ...] | None = None) -> ReplayResult:
     """Replay logical rank ``rank`` of the run in ``run_dir``; ``steps`` > 0 stops it after that
     many steps; ``debug_port`` > 0 opens a debugpy listener in the rank's process and waits for
-    a client before the script starts."""
+    a client before the script starts; ``script_args`` replace the recorded job's arguments (a
+    changed schedule or size: ops that no longer align get estimated durations)."""
     run = RunDir(Path(run_dir))
     job = run.load_job()
+    if script_args is not None:
+        job = dataclasses.replace(job, args=tuple(script_args))
     if not 0 <= rank < job.world_size:
         raise ReplayError(f"--rank {rank} is outside the recorded job's ranks 0-{job.world_size - 1}")
     if timing not in TIMINGS:

@@ -49,7 +49,8 @@ __all__ = ["ReplayOptions", "ReplayIndex", "RecordedEngine", "ReplayValueError",
 
 log = logging.getLogger(__name__)
 
-TIMINGS = ("recorded", "estimated")
+TIMINGS = ("recorded", "estimated", "none")
+"""none: every op completes at once (structure or value replay without timing, RankLens Table I)."""
 
 _OUT_SHAPE_OPS = (CommOp.ALL_GATHER, CommOp.ALL_TO_ALL, CommOp.REDUCE_SCATTER, CommOp.GATHER, CommOp.SCATTER)
 
@@ -143,13 +144,15 @@ class ReplayIndex:
         # Under ``estimated`` the rank's own records are not history: its durations are what is estimated.
         exclude = {(rank, n.index) for n in comm} if options.timing == "estimated" else {
             (rank, i) for i in self.withheld}
-        self.estimator = DurationEstimator(samples_from_graph(graph, ranks_per_node=self.ranks_per_node,
-                                                              exclude=frozenset(exclude)))
-        self.use_recorded = options.timing == "recorded"
+        self.estimator = DurationEstimator(() if options.timing == "none" else samples_from_graph(
+            graph, ranks_per_node=self.ranks_per_node, exclude=frozenset(exclude)))
+        self.timing = options.timing
 
     def duration_ns(self, record: Node | None, features: CommFeatures) -> tuple[int, str]:
-        """(duration, source): ``recorded`` or ``estimated`` (or ``none``: no history, 0 ns)."""
-        if record is not None and self.use_recorded and record.duration_ns >= 0 and record.index not in self.withheld:
+        """(duration, source): ``recorded`` or ``estimated`` (or ``none``: untimed, or no history: 0 ns)."""
+        if self.timing == "none":
+            return 0, "none"
+        if record is not None and self.timing == "recorded" and record.duration_ns >= 0 and record.index not in self.withheld:
             return record.duration_ns, "recorded"
         est = self.estimator.estimate(features)
         return (0, "none") if est is None else (est, "estimated")
