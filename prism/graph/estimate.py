@@ -6,8 +6,9 @@ crosses a node boundary, bytes, its position in the step (how many comm ops the 
 before it in the same step), the direction of its peer (P2P: the next or the previous rank), the
 rank, and whether it is in the first step (start-up waits are not a steady step's).
 :class:`DurationEstimator` keeps the samples of the history (recorded graphs) and, for a query, takes the ``k`` nearest samples of the same op kind, weights them with a tricube kernel of
-their distance and fits duration = a + b·bytes by weighted least squares (the weighted mean when
-the neighbours all have the same size). The result is never negative.
+their distance and fits duration = a + b·bytes by weighted least squares with robustness
+iterations (LOWESS; the weighted mean when the neighbours all have the same size). The result is
+never negative.
 """
 
 from __future__ import annotations
@@ -124,13 +125,34 @@ class DurationEstimator:
         # Bandwidth just past the farthest neighbour: every neighbour keeps a positive weight.
         h = max(float(d[-1]), 1e-9) * 1.0001
         w = (1.0 - (d / h) ** 3) ** 3
-        if float(np.ptp(x)) > 0 and len(x) >= 3:
-            a = np.stack([np.ones_like(x), x - query.size_bytes], axis=1)
-            sw = np.sqrt(w)
-            coef, *_ = np.linalg.lstsq(a * sw[:, None], y * sw, rcond=None)
-            value = float(coef[0])  # the local line at the query's size
-            if value < 0:  # extrapolated below zero: the neighbours' mean is the better guess
-                value = float(np.average(y, weights=w))
-        else:
-            value = float(np.average(y, weights=w))
+        value = _lowess_at(x - query.size_bytes, y, w)
         return max(0, int(round(value)))
+
+
+def _lowess_at(dx: np.ndarray, y: np.ndarray, w: np.ndarray, *, iterations: int = 2) -> float:
+    """The locally weighted line's value at dx = 0 (the query's size), with Cleveland's robustness
+    iterations: a neighbour far off the line (a step that waited on a straggler) is down-weighted by
+    the bisquare of its residual. The weighted mean when the neighbours' sizes are all equal."""
+    linear = float(np.ptp(dx)) > 0 and len(dx) >= 3
+    robust = np.ones_like(w)
+    value = float(np.average(y, weights=w))
+    for _ in range(iterations + 1):
+        ww = w * robust
+        if ww.sum() <= 0:
+            break
+        if linear:
+            a = np.stack([np.ones_like(dx), dx], axis=1)
+            sw = np.sqrt(ww)
+            coef, *_ = np.linalg.lstsq(a * sw[:, None], y * sw, rcond=None)
+            fitted, value = a @ coef, float(coef[0])
+        else:
+            value = float(np.average(y, weights=ww))
+            fitted = np.full_like(y, value)
+        residual = y - fitted
+        scale = 6.0 * float(np.median(np.abs(residual)))
+        if scale <= 0:
+            break
+        robust = np.clip(1.0 - (residual / scale) ** 2, 0.0, None) ** 2
+    if value < 0:  # a line extrapolated below zero: the neighbours' mean is the better guess
+        value = float(np.average(y, weights=w))
+    return value

@@ -177,6 +177,8 @@ class RecordedEngine(CommEngine):
         self._seq = itertools.count()
         self._cv = threading.Condition()
         self._stopped = False
+        self.late_ns: list[int] = []
+        """How late each completion fired (host scheduling), for the log."""
         self.counts = {"recorded": 0, "estimated": 0, "none": 0, "unmatched": 0, "restored": 0}
         self._thread = threading.Thread(target=self._timer_loop, name="prism-replay-timer", daemon=True)
         self._thread.start()
@@ -292,7 +294,8 @@ class RecordedEngine(CommEngine):
                         self._cv.wait()
                 if self._stopped and not self._heap:
                     return
-                _, _, complete = heapq.heappop(self._heap)
+                deadline, _, complete = heapq.heappop(self._heap)
+            self.late_ns.append(time.perf_counter_ns() - deadline)
             complete()
             del complete
 
@@ -301,7 +304,9 @@ class RecordedEngine(CommEngine):
             self._stopped = True
             self._cv.notify()
         self._thread.join(timeout=5)
-        log.info("rank %d replay: %s", self.options.rank, self.counts)
+        late = sorted(self.late_ns) or [0]
+        log.info("rank %d replay: %s; completions late by median %.3f ms, max %.3f ms", self.options.rank,
+                 self.counts, late[len(late) // 2] / 1e6, late[-1] / 1e6)
 
 
 def _recorder_step() -> int:
