@@ -16,7 +16,7 @@ from prism.core.rundir import RunDir
 from prism.graph.io import read_graph, verify_graph
 from prism.graph.records import RankRecord
 
-from .engines.recorded import TIMINGS, ReplayOptions
+from .engines.recorded import TIMINGS, ReplayOptions, record_payload_dir
 from .launch import LaunchOptions, launch_ranks
 
 __all__ = ["ReplayError", "ReplayResult", "replay_rank", "DEBUGPY_PORT", "TIMINGS"]
@@ -84,6 +84,10 @@ def replay_rank(run_dir: str | Path, rank: int, *, values: bool = False, timing:
         raise ReplayError(f"{graph_dir}: no graph to replay (run `prism record --job ... --out {run.root}`"
                           f"{' --payloads' if values else ''} first)")
     verify_graph(graph_dir)
+    if values and not (record_payload_dir(run.root, rank) / "index.json").is_file() and not (
+            run.payloads / "index.json").is_file():
+        raise ReplayError(f"{run.root}: --values needs the tensors rank {rank} received: record the job with "
+                          f"`prism record --payloads` (or collect it with `prism collect`)")
     options = ReplayOptions(run_dir=str(run.root), rank=rank, graph=graph, values=values, timing=timing,
                             withhold=withhold, seed=seed)
     engine_options = options.to_engine_options()

@@ -1,0 +1,23 @@
+"""``prism replay``'s user errors: named, exit code 2, before any rank starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from ..conftest import EXAMPLES
+
+
+@pytest.fixture
+def run_without_graph(tmp_path):
+    from prism.core.config import load_job
+    from prism.core.rundir import RunDir
+
+    RunDir(tmp_path / "run").save_job(load_job(EXAMPLES / "anomaly" / "job.yaml"))
+    return tmp_path / "run"
+
+
+def test_errors_name_the_problem(run_prism, run_without_graph):
+    out = run_prism("replay", str(run_without_graph), "--rank", "5")
+    assert out.returncode == 2 and "--rank 5 is outside the recorded job's ranks 0-1" in out.stderr
+    out = run_prism("replay", str(run_without_graph), "--rank", "0", "--values")
+    assert out.returncode == 2 and "graph/real: no graph to replay" in out.stderr and "--payloads" in out.stderr
