@@ -41,6 +41,7 @@ from prism.graph.payloads import load_index, load_payload, op_key
 from prism.graph.records import CommOp, Graph, Node, NodeKind
 
 from ..memtrack import untracked
+from ..recorder import dtype_short
 from .base import CommEngine, CommRequest
 from .fake import _fill
 
@@ -90,12 +91,6 @@ class ReplayOptions:
                              ranks_per_node=ranks_per_node)
 
 
-def _dtype_short(t: torch.Tensor) -> str:
-    from ..recorder import dtype_short
-
-    return dtype_short(t.dtype)
-
-
 def request_signature(req: CommRequest) -> tuple:
     """The :meth:`Node.signature` the recorder gives this request."""
     tensors = req.inputs if req.op is not CommOp.RECV else req.outputs
@@ -109,7 +104,7 @@ def request_signature(req: CommRequest) -> tuple:
             outs = tuple(tuple(t.shape) for t in req.outputs)
             out_shapes = outs if outs != shapes else ()
     return (kind.value, req.op.value, req.group.ranks, peer, shapes, out_shapes,
-            _dtype_short(any_t[0]) if any_t else "", req.reduce_op, req.in_splits, req.out_splits)
+            dtype_short(any_t[0].dtype) if any_t else "", req.reduce_op, req.in_splits, req.out_splits)
 
 
 def _stream(op: CommOp, group_id: str, peer: int) -> tuple:
