@@ -13,7 +13,6 @@ never negative.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -52,15 +51,30 @@ _W_RANK = 0.25
 _W_FIRST = 4.0
 
 
-def _distance(q: CommFeatures, s: CommFeatures) -> float:
+def _columns(feats: list[CommFeatures]) -> dict[str, np.ndarray]:
+    return {
+        "group_size": np.array([f.group_size for f in feats]),
+        "cross_node": np.array([f.cross_node for f in feats]),
+        "peer_dir": np.array([f.peer_dir for f in feats]),
+        "log_bytes": np.log2(np.array([f.size_bytes for f in feats], dtype=np.float64) + 1),
+        "position": np.array([f.position for f in feats], dtype=np.float64),
+        "rank": np.array([f.rank for f in feats]),
+        "first_step": np.array([f.first_step for f in feats]),
+        "size_bytes": np.array([f.size_bytes for f in feats], dtype=np.float64),
+    }
+
+
+def _distances(q: CommFeatures, c: dict[str, np.ndarray]) -> np.ndarray:
+    """Distance of the query to every sample of its kind (vectorized: a history holds every op of
+    every rank of a run)."""
     return (
-        _W_GROUP * (q.group_size != s.group_size)
-        + _W_CROSS * (q.cross_node != s.cross_node)
-        + _W_DIR * (q.peer_dir != s.peer_dir)
-        + _W_LOG_BYTES * abs(math.log2(q.size_bytes + 1) - math.log2(s.size_bytes + 1))
-        + _W_POSITION * abs(q.position - s.position)
-        + _W_RANK * (q.rank != s.rank)
-        + _W_FIRST * (q.first_step != s.first_step)
+        _W_GROUP * (c["group_size"] != q.group_size)
+        + _W_CROSS * (c["cross_node"] != q.cross_node)
+        + _W_DIR * (c["peer_dir"] != q.peer_dir)
+        + _W_LOG_BYTES * np.abs(c["log_bytes"] - np.log2(q.size_bytes + 1))
+        + _W_POSITION * np.abs(c["position"] - q.position)
+        + _W_RANK * (c["rank"] != q.rank)
+        + _W_FIRST * (c["first_step"] != q.first_step)
     )
 
 
@@ -104,24 +118,26 @@ class DurationEstimator:
 
     def __init__(self, samples: Iterable[tuple[CommFeatures, int]], *, k: int = 8) -> None:
         self.k = k
-        self._by_kind: dict[str, list[tuple[CommFeatures, int]]] = {}
+        by_kind: dict[str, list[tuple[CommFeatures, int]]] = {}
         for feat, duration in samples:
-            self._by_kind.setdefault(feat.kind, []).append((feat, duration))
+            by_kind.setdefault(feat.kind, []).append((feat, duration))
+        self._columns = {kind: _columns([f for f, _ in pool]) for kind, pool in by_kind.items()}
+        self._durations = {kind: np.array([d for _, d in pool], dtype=np.float64) for kind, pool in by_kind.items()}
 
     @property
     def num_samples(self) -> int:
-        return sum(len(v) for v in self._by_kind.values())
+        return sum(len(v) for v in self._durations.values())
 
     def estimate(self, query: CommFeatures) -> int | None:
         """Estimated duration in ns, or None when the history has no op of this kind."""
-        pool = self._by_kind.get(query.kind)
-        if not pool:
+        columns = self._columns.get(query.kind)
+        if columns is None:
             return None
-        dist = np.array([_distance(query, f) for f, _ in pool])
+        dist = _distances(query, columns)
         order = np.argsort(dist, kind="stable")[: self.k]
         d = dist[order]
-        y = np.array([pool[i][1] for i in order], dtype=np.float64)
-        x = np.array([pool[i][0].size_bytes for i in order], dtype=np.float64)
+        y = self._durations[query.kind][order]
+        x = columns["size_bytes"][order]
         # Bandwidth just past the farthest neighbour: every neighbour keeps a positive weight.
         h = max(float(d[-1]), 1e-9) * 1.0001
         w = (1.0 - (d / h) ** 3) ** 3
