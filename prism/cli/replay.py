@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", nargs="?", const=DEBUGPY_PORT, type=int, default=0, metavar="PORT",
                    help=f"open a debugpy listener (default port {DEBUGPY_PORT}) and wait for a client")
     p.add_argument("--args", dest="script_args", default=None, metavar="'ARGS'",
-                   help="replace the recorded job's script arguments (one shell-quoted string), e.g. a changed schedule")
+                   help="replace the recorded job's script arguments (one shell-quoted string): a changed schedule")
     p.add_argument("--json", dest="json_out", default=None, help="also write the figures as JSON to this file")
     add_timeout_argument(p, default_s=600.0, what="the replay", stall=False)
 

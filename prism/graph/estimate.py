@@ -5,8 +5,9 @@ A comm op is described by a :class:`CommFeatures` — op kind, group size, wheth
 crosses a node boundary, bytes, its position in the step (how many comm ops the rank issued
 before it in the same step), the direction of its peer (P2P: the next or the previous rank), the
 rank, and whether it is in the first step (start-up waits are not a steady step's).
-:class:`DurationEstimator` keeps the samples of the history (recorded graphs) and, for a query, takes the ``k`` nearest samples of the same op kind, weights them with a tricube kernel of
-their distance and fits duration = a + b·bytes by weighted least squares with robustness
+:class:`DurationEstimator` keeps the samples of the history (recorded graphs) and, for a query,
+takes the ``k`` nearest samples of the same op kind, weights them with a tricube kernel of their
+distance and fits duration = a + b·bytes by weighted least squares with robustness
 iterations (LOWESS; the weighted mean when the neighbours all have the same size). The result is
 never negative.
 """

@@ -150,7 +150,8 @@ class ReplayIndex:
         """(duration, source): ``recorded`` or ``estimated`` (or ``none``: untimed, or no history: 0 ns)."""
         if self.timing == "none":
             return 0, "none"
-        if record is not None and self.timing == "recorded" and record.duration_ns >= 0 and record.index not in self.withheld:
+        usable = record is not None and record.duration_ns >= 0 and record.index not in self.withheld
+        if usable and self.timing == "recorded":
             return record.duration_ns, "recorded"
         est = self.estimator.estimate(features)
         return (0, "none") if est is None else (est, "estimated")
@@ -237,7 +238,7 @@ class RecordedEngine(CommEngine):
         record = self.index.by_step.get((*k1, n1)) or self.index.by_order.get((*k2, n2))
         position = self._position.get(step, 0)
         self._position[step] = position + 1
-        kind = NodeKind.SEND if req.op is CommOp.SEND else NodeKind.RECV if req.op is CommOp.RECV else NodeKind.COLLECTIVE
+        kind = {CommOp.SEND: NodeKind.SEND, CommOp.RECV: NodeKind.RECV}.get(req.op, NodeKind.COLLECTIVE)
         probe = Node(rank=self.options.rank, index=-1, kind=kind, op=req.op, group_id=req.group.group_id,
                      peer=req.peer if kind is not NodeKind.COLLECTIVE else req.root,
                      size_bytes=sum(t.numel() * t.element_size() for t in (req.inputs if kind is not NodeKind.RECV
