@@ -40,27 +40,12 @@ def _median_ms(times, skip):
     return statistics.median(times[skip:]) / 1e6
 
 
-def _compute_ns(nodes, skip: int) -> int:
-    """The script's own time (compute spans) in the steps after ``skip``."""
-    return sum(n.duration_ns for n in nodes if n.kind.value == "COMPUTE" and n.step >= skip and n.duration_ns > 0)
-
-
-def _compute_adjusted_error(result, recorded_nodes) -> float:
-    """The replay's error with its own compute slowdown taken out (replayed compute minus recorded
-    compute over the compared steps): what the engine's completion times contribute, apart from a
-    host that runs the script's compute slower or faster than when it was recorded."""
-    skip, n = result.warmup_steps, min(len(result.step_times_ns), len(result.recorded_step_times_ns))
-    drift = _compute_ns(result.record.nodes, skip) - _compute_ns(recorded_nodes, skip)
-    replayed = sum(result.step_times_ns[skip:n]) - drift
-    return replayed / sum(result.recorded_step_times_ns[skip:n]) - 1
-
-
 def timing(tmp: Path) -> dict:
     job = load_job(ROOT / "examples/synthetic/job.yaml")
     job = dataclasses.replace(job, args=SYNTH_ARGS, world_size=4, ranks_per_node=4,
                               parallelism=dataclasses.replace(job.parallelism, dp=2, pp=2))
     run = tmp / "synthetic"
-    graph = record_job(job, run)
+    record_job(job, run)
     rows = {}
     for rank in range(job.world_size):
         rec = replay_rank(run, rank)
@@ -68,8 +53,8 @@ def timing(tmp: Path) -> dict:
         rows[rank] = {"recorded_ms": rec.recorded_mean_ns / 1e6, "replayed_ms": rec.replayed_mean_ns / 1e6,
                       "error": rec.error, "withheld_replayed_ms": est.replayed_mean_ns / 1e6,
                       "withheld_error": est.error,
-                      "compute_adjusted_error": _compute_adjusted_error(rec, graph.nodes[rank]),
-                      "withheld_compute_adjusted_error": _compute_adjusted_error(est, graph.nodes[rank]),
+                      "compute_adjusted_error": rec.compute_adjusted_error,
+                      "withheld_compute_adjusted_error": est.compute_adjusted_error,
                       "withheld_vs_recorded_replay": est.replayed_mean_ns / rec.replayed_mean_ns - 1}
         print(f"rank {rank}: recorded {rows[rank]['recorded_ms']:.2f} ms, replayed {rows[rank]['replayed_ms']:.2f} "
               f"({rec.error:+.2%}; compute-adjusted {rows[rank]['compute_adjusted_error']:+.2%}), 30 % estimated "

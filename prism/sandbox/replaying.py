@@ -14,7 +14,7 @@ from pathlib import Path
 from prism.core.errors import PrismError
 from prism.core.rundir import RunDir
 from prism.graph.io import read_graph, verify_graph
-from prism.graph.records import RankRecord
+from prism.graph.records import NodeKind, RankRecord
 
 from .engines.recorded import TIMINGS, ReplayOptions, record_payload_dir
 from .launch import LaunchOptions, launch_ranks
@@ -36,6 +36,9 @@ class ReplayResult:
     record: RankRecord
     recorded_step_times_ns: tuple[int, ...]
     warmup_steps: int
+    recorded_compute_ns: tuple[int, ...] = ()
+    """The script's own time (compute spans) per recorded step: the part of a step a host's load
+    changes between recording and replay."""
 
     @property
     def step_times_ns(self) -> tuple[int, ...]:
@@ -59,6 +62,25 @@ class ReplayResult:
     def error(self) -> float:
         """Relative error of the replayed mean iteration time against the recorded one."""
         return self.replayed_mean_ns / self.recorded_mean_ns - 1.0
+
+    @property
+    def compute_adjusted_error(self) -> float:
+        """The error with the script's own compute drift taken out (replayed minus recorded compute
+        time in the compared steps): what the replayed completion times contribute, apart from a
+        host that runs the script's compute slower or faster than when it was recorded."""
+        n = min(len(self.step_times_ns), len(self.recorded_step_times_ns), len(self.recorded_compute_ns))
+        lo = min(self.warmup_steps, max(0, n - 1))
+        replayed = _compute_per_step(self.record.nodes)
+        drift = sum(replayed.get(k, 0) - self.recorded_compute_ns[k] for k in range(lo, n))
+        return (sum(self.step_times_ns[lo:n]) - drift) / sum(self.recorded_step_times_ns[lo:n]) - 1.0
+
+
+def _compute_per_step(nodes) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for n in nodes:
+        if n.kind is NodeKind.COMPUTE and n.duration_ns > 0:
+            out[n.step] = out.get(n.step, 0) + n.duration_ns
+    return out
 
 
 def replay_rank(run_dir: str | Path, rank: int, *, values: bool = False, timing: str = "recorded",
@@ -102,7 +124,11 @@ def replay_rank(run_dir: str | Path, rank: int, *, values: bool = False, timing:
     (record,) = launch_ranks(job, LaunchOptions(engine="recorded", ranks=(rank,), timeout_s=timeout_s,
                                                 log_dir=str(run.root / "replays" / f"rank-{rank}" / "logs"),
                                                 engine_options=engine_options))
-    recorded = read_graph(graph_dir).summaries.get(rank)
+    recorded_graph = read_graph(graph_dir)
+    recorded = recorded_graph.summaries.get(rank)
+    compute = _compute_per_step(recorded_graph.nodes.get(rank, ()))
+    steps_recorded = len(recorded.step_times_ns) if recorded else 0
     return ReplayResult(rank=rank, record=record,
                         recorded_step_times_ns=recorded.step_times_ns if recorded else (),
-                        warmup_steps=job.iterations.warmup)
+                        warmup_steps=job.iterations.warmup,
+                        recorded_compute_ns=tuple(compute.get(k, 0) for k in range(steps_recorded)))
