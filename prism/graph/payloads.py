@@ -1,5 +1,9 @@
 """Recorded comm payloads: RUN/payloads/<sha256>.safetensors, content-addressed, plus an index.
 
+Written by collect's coordinator (RUN/payloads/) and by ``prism record --payloads``
+(RUN/payloads_real/rank-R/, the same format per rank); read by collect, emulate's derivations and
+``prism replay --values``. It lives in the graph layer so that the sandbox can read and write it.
+
 A payload is the list of tensors one rank received from one comm op (its outputs), or, for the
 ranks named in ``values.ranks``, what it handed in (its inputs, for later compensation). Equal
 contents are stored once (every rank of an all-reduce receives the same bytes). The index
