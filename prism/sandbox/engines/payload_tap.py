@@ -45,8 +45,8 @@ class PayloadTap(CommEngine):
 
         def keep(f: torch.futures.Future):
             outputs = f.value()
-            with untracked():
-                store.note(key, "outputs", store.put(list(outputs)))
+            with untracked():  # host copies: the store hashes and writes host memory
+                store.note(key, "outputs", store.put([t.detach().cpu() for t in outputs]))
             return outputs
 
         return future.then(keep)
