@@ -28,6 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-memory-pass", dest="memory_pass", action="store_const", const=False, default=None,
                    help="CPU: track the peaks inside the timed run (one run instead of two, but the tracker "
                         "costs ~5 us per aten op in every measured step)")
+    p.add_argument("--payloads", action="store_true",
+                   help="also keep every tensor each rank received (RUN/payloads_real/), for `prism replay --values`")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,6 +38,6 @@ def run(args: argparse.Namespace) -> int:
         job = dataclasses.replace(job, memory_cap_bytes=args.memory_cap)
     with rank_progress(f"record {job.name}", job.world_size) as progress:
         graph = record_job(job, args.out, timeout_s=args.timeout, cuda_backend=args.cuda_backend, on_progress=progress,
-                             memory_pass=args.memory_pass)
+                           memory_pass=args.memory_pass, payloads=args.payloads)
     print_run_table(graph, title=f"{job.name}: real run, W={job.world_size}")
     return 0

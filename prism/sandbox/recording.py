@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +32,8 @@ from .launch import LaunchOptions, assemble_graph, launch_ranks
 
 __all__ = ["record_job", "walk_rank", "failure_summary", "FAILURE_FILE"]
 
+PAYLOADS_REAL = "payloads_real"
+"""RUN/payloads_real/rank-R/: the tensors rank R received in the recorded run (``--payloads``)."""
 FAILURE_FILE = "failure.json"
 """Written into the run directory when ``record_job`` stops on a failing rank, a mismatch or a hang."""
 _TAIL_LINES = 12
@@ -46,11 +49,14 @@ def record_job(
     cuda_backend: str = "nccl",
     on_progress: Callable[[int, int], None] | None = None,
     memory_pass: bool | None = None,
+    payloads: bool = False,
 ) -> Graph:
     """Run the real job and write RUN/job.yaml and RUN/graph/real/.
 
     ``memory_pass``: measure the tracked peaks in a separate untimed run (default: on CPU when the
-    tracker is in use, see the module's docstring); False tracks them inside the timed run."""
+    tracker is in use, see the module's docstring); False tracks them inside the timed run.
+    ``payloads``: also keep every tensor each rank received (in the timed pass), in
+    RUN/payloads_real/rank-R/ (what ``prism replay --values`` restores)."""
     run = RunDir(Path(run_dir))
     run.root.mkdir(parents=True, exist_ok=True)
     run.save_job(job)
@@ -58,7 +64,10 @@ def record_job(
     failure.unlink(missing_ok=True)
     if memory_pass is None:
         memory_pass = needs_memory_pass(job)
-    options = LaunchOptions(engine="passthrough", timeout_s=timeout_s, cuda_backend=cuda_backend, log_dir=str(run.logs))
+    payload_root = run.root / PAYLOADS_REAL
+    shutil.rmtree(payload_root, ignore_errors=True)  # a previous recording's values are not this run's
+    options = LaunchOptions(engine="passthrough", timeout_s=timeout_s, cuda_backend=cuda_backend, log_dir=str(run.logs),
+                            engine_options={"payload_dir": str(payload_root / "rank-{rank}")} if payloads else {})
     if not memory_pass:
         records = _launch(job, options, failure, on_progress)
     else:
@@ -67,7 +76,8 @@ def record_job(
         def progress(offset: int) -> Callable[[int, int], None] | None:
             return None if on_progress is None else lambda done, _n: on_progress(offset + done, total)
 
-        tracked = _launch(memory_pass_job(job), dataclasses.replace(options, log_dir=str(run.logs / "memory-pass")),
+        tracked = _launch(memory_pass_job(job),
+                          dataclasses.replace(options, log_dir=str(run.logs / "memory-pass"), engine_options={}),
                           failure, progress(0))
         records = [with_tracked_peaks(rec, mem) for rec, mem in
                    zip(_launch(timed_pass_job(job), options, failure, progress(job.world_size)), tracked)]

@@ -36,6 +36,16 @@ log = logging.getLogger(__name__)
 
 
 def make_engine(spec: WorkerSpec) -> CommEngine:
+    engine = _make_engine(spec)
+    payload_dir = spec.engine_options.get("payload_dir")
+    if payload_dir:
+        from .engines.payload_tap import PayloadTap
+
+        engine = PayloadTap(engine, payload_dir.replace("{rank}", str(spec.shim.rank)), spec.shim.rank)
+    return engine
+
+
+def _make_engine(spec: WorkerSpec) -> CommEngine:
     name, cuda_backend, timeout_s = spec.engine, spec.cuda_backend, spec.shim.timeout_s
     if name == "fake":
         from .engines.fake import FakeEngine
@@ -74,6 +84,11 @@ def make_engine(spec: WorkerSpec) -> CommEngine:
             graph_dir=opts.get("graph_dir") or None,
             connect_groups=json.loads(opts.get("connect_groups") or "[]"),
         )
+    if name == "recorded":
+        from .engines.recorded import RecordedEngine, ReplayOptions
+
+        return RecordedEngine(ReplayOptions.from_engine_options(
+            spec.engine_options, rank=spec.shim.rank, ranks_per_node=spec.shim.ranks_per_node))
     if name in ENGINE_NAMES:
         raise ValueError(f"comm engine {name!r} is not available in this build")
     raise ValueError(f"unknown comm engine {name!r} (known: {', '.join(ENGINE_NAMES)})")
@@ -113,9 +128,17 @@ def run_rank(spec: WorkerSpec) -> RankRecord:
     recorder.add_step_listener(meter.on_step_end)
     profiler = (RankProfiler(spec.profile_dir, rank=spec.shim.rank, world_size=spec.shim.world_size,
                              device=spec.shim.device) if spec.profile_dir else None)
+    max_steps = int(spec.engine_options.get("max_steps", "0"))
+    if spec.engine_options.get("debugpy"):
+        _wait_for_debugger(spec.engine_options["debugpy"], spec.shim.rank)
+    if max_steps > 0:
+        recorder.add_step_listener(functools.partial(_stop_after, max_steps))
     try:
         with meter.measuring(), profiler or contextlib.nullcontext():
-            run_entrypoint(spec.entrypoint, spec.args, cwd=spec.cwd)
+            try:
+                run_entrypoint(spec.entrypoint, spec.args, cwd=spec.cwd)
+            except StepLimitReached:
+                log.info("rank %d: stopped after %d steps (engine option max_steps)", spec.shim.rank, max_steps)
         if publisher is not None:
             publisher.close(finished=True)
     except BaseException as e:
@@ -139,6 +162,26 @@ def run_rank(spec: WorkerSpec) -> RankRecord:
     if profiler is not None:
         profiler.export(record)
     return record
+
+
+def _wait_for_debugger(address: str, rank: int) -> None:
+    """``prism replay --debug``: a debugpy listener; the script starts once a client attaches."""
+    import debugpy
+
+    host, port = address.rsplit(":", 1)
+    debugpy.listen((host, int(port)))
+    log.warning("rank %d: debugpy listening on %s (pid %d); waiting for a client", rank, address, os.getpid())
+    debugpy.wait_for_client()
+
+
+class StepLimitReached(BaseException):
+    """Raised on the script's thread when the rank has run its ``max_steps`` steps (``prism replay
+    --steps N``): a BaseException, so the script's own ``except Exception`` does not swallow it."""
+
+
+def _stop_after(max_steps: int, steps_done: int) -> None:
+    if steps_done >= max_steps:
+        raise StepLimitReached(steps_done)
 
 
 def _finish(recorder, meter: MemoryMeter, engine: str, *, exit_code: int = 0) -> RankRecord:
