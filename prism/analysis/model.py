@@ -170,14 +170,17 @@ def measure_work(graph: Graph) -> Work:
         if rv is None or rv.end_ns < 0:
             message[key] = max(0, s.duration_ns)
             continue
+        # The transfer happens inside both sides' issue-to-completion windows: never longer than
+        # the shorter one (this also keeps a timed vrank's send honest against a real receiver).
+        fallback = min(s.duration_ns, rv.duration_ns) if s.duration_ns >= 0 else rv.duration_ns
         if shared and s.start_ns >= 0 and rv.start_ns >= 0:
             ready = max(s.start_ns, rv.start_ns)
             prev = lane_prev.get((s.rank, s.index))
             if prev is not None and prev in recvs and recvs[prev].end_ns >= 0:
                 ready = max(ready, recvs[prev].end_ns)
-            message[key] = max(0, rv.end_ns - ready)
+            message[key] = max(0, min(rv.end_ns - ready, fallback))
         else:
-            message[key] = max(0, min(s.duration_ns, rv.duration_ns) if s.duration_ns >= 0 else rv.duration_ns)
+            message[key] = max(0, fallback)
     return Work(compute, collective, message)
 
 
