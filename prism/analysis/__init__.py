@@ -2,7 +2,17 @@
 parallelism's dependency rules, the gap split into recoverable and hard classes, the binding
 chain, and Gantt charts of a step per rank and lane."""
 
-from .gaps import CLASS_NAMES, CLASSES, RECOVERABLE, GapReport, Link, StepGap, analyze_graph, gradient_groups, structural_peers
+from .gaps import (
+    CLASS_NAMES,
+    CLASSES,
+    RECOVERABLE,
+    GapReport,
+    Link,
+    StepGap,
+    analyze_graph,
+    gradient_groups,
+    structural_peers,
+)
 from .model import Variant, build_step_model, measure_work
 
 __all__ = [

@@ -61,8 +61,8 @@ def write_gantt(graph: Graph, step: int, path: str | Path, *, title: str = "", t
         handles.append(Patch(color="red", label="T_lb"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
     hidden = len(graph.nodes) - len(ranks)
-    ax.set_title((title or f"{graph.job_name} step {step}") + (f" (first {len(ranks)} ranks of {len(graph.nodes)})" if hidden else ""),
-                 fontsize=9, loc="left")
+    shown = f" (first {len(ranks)} ranks of {len(graph.nodes)})" if hidden else ""
+    ax.set_title((title or f"{graph.job_name} step {step}") + shown, fontsize=9, loc="left")
     fig.tight_layout()
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from prism.graph.records import Graph, Node, NodeKind
 
-from .model import Item, Schedule, Variant, Work, _balanced, build_step_model, measure_work, step_nodes
+from .model import Item, Schedule, Variant, Work, balanced_compute, build_step_model, measure_work, step_nodes
 
 __all__ = ["CLASSES", "CLASS_NAMES", "RECOVERABLE", "Link", "StepGap", "GapReport", "analyze_graph",
            "structural_peers", "gradient_groups"]
@@ -167,12 +167,14 @@ def _chain(items: tuple[Item, ...]) -> tuple[Link, ...]:
         if it.what == "compute":
             if links and links[-1].what == "compute" and links[-1].rank == it.rank:
                 prev = links[-1]
-                links[-1] = Link("compute", it.rank, prev.duration_ns + it.duration_ns, f"r{it.rank} compute ×{prev.count + 1}", prev.count + 1)
+                count = prev.count + 1
+                links[-1] = Link("compute", it.rank, prev.duration_ns + it.duration_ns, f"r{it.rank} compute ×{count}", count)
             else:
                 links.append(Link("compute", it.rank, it.duration_ns, f"r{it.rank} compute ×1"))
         elif it.what == "collective" and it.duration_ns > 0:
             n = it.node
-            links.append(Link("collective", it.rank, it.duration_ns, f"{n.op.value if n.op else 'collective'} g{n.group_id}:{n.seq}"))
+            op = n.op.value if n.op else "collective"
+            links.append(Link("collective", it.rank, it.duration_ns, f"{op} g{n.group_id}:{n.seq}"))
         elif it.what == "message" and it.duration_ns > 0:
             links.append(Link("message", it.rank, it.duration_ns, f"send r{it.rank}→r{it.peer}"))
     return tuple(links)
@@ -185,7 +187,7 @@ def _step_gap(step: int, observed: int, nodes: Mapping[int, tuple[Node, ...]], w
             lane_bound=not v.serialize_lanes)
 
     prog, noq, bal, lb, free = (run(v) for v in (_PROG, _NOQ, _BAL, _LB, _FREE))
-    balanced = _balanced(nodes, work, peers)
+    balanced = balanced_compute(nodes, work, peers)
     busy = {r: sum(balanced[(r, n.index)] for n in ns if n.kind is NodeKind.COMPUTE) for r, ns in nodes.items()}
     w = max(busy.values(), default=0)
     t = {"prog": prog.total_ns, "noq": noq.total_ns, "bal": bal.total_ns, "lb": lb.total_ns, "free": free.total_ns}

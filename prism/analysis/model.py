@@ -34,7 +34,8 @@ import networkx as nx
 from prism.core.errors import GraphError
 from prism.graph.records import CommOp, Graph, Node, NodeKind
 
-__all__ = ["Variant", "StepModel", "Schedule", "Work", "step_nodes", "measure_work", "build_step_model"]
+__all__ = ["Variant", "StepModel", "Schedule", "Work", "Item", "step_nodes", "measure_work", "balanced_compute",
+           "build_step_model"]
 
 _GRADIENT_SYNC = frozenset({CommOp.ALL_REDUCE, CommOp.REDUCE_SCATTER})
 
@@ -184,7 +185,8 @@ def measure_work(graph: Graph) -> Work:
     return Work(compute, collective, message)
 
 
-def _balanced(steps: Mapping[int, tuple[Node, ...]], work: Work, peers: Mapping[int, tuple[int, ...]]) -> dict[tuple[int, int], int]:
+def balanced_compute(steps: Mapping[int, tuple[Node, ...]], work: Work,
+                     peers: Mapping[int, tuple[int, ...]]) -> dict[tuple[int, int], int]:
     """Each compute segment's least duration over the rank's DP peers that ran the same number of
     segments in this step (the j-th segment of each: the same code, on another replica)."""
     ordinal = {r: [n for n in ns if n.kind is NodeKind.COMPUTE] for r, ns in steps.items()}
@@ -293,7 +295,7 @@ def build_step_model(steps: Mapping[int, tuple[Node, ...]], work: Work, variant:
         dag.add_node(len(items) - 1)
         return len(items) - 1
 
-    compute_ns = _balanced(steps, work, peers) if variant.balanced else work.compute_ns
+    compute_ns = balanced_compute(steps, work, peers) if variant.balanced else work.compute_ns
     scale = 1 if variant.comm else 0
     instances: dict[tuple[str, int], int] = {}
     messages: dict[tuple[int, int, str, int], int] = {}
