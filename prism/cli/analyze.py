@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from prism.graph.io import read_graph
 from prism.graph.records import Graph
 from prism.graph.templates import dp_permutations
 from prism.vrank_replayer.emulate_report import REPORT_FILE, load_emulation
+
+log = logging.getLogger(__name__)
 
 HELP = "per-step lower bound, gap verdicts and Gantt charts of a run or an emulation"
 
@@ -68,6 +71,10 @@ def analyze_target(target: str | Path, *, graph_kind: str | None = None, skip: i
         graph = load_emulation(target)
         run = RunDir(target.parent.parent)
         source = f"emulation {target.name}"
+        if len(graph.nodes) < graph.world_size:
+            log.warning("%s ran its virtual ranks as soon as they could (no timed graph): only the sandbox "
+                        "ranks %s are analyzed, and their waits on virtual ranks count as late launches (R1); "
+                        "run prism calibrate first", target, sorted(graph.nodes))
     else:
         run = RunDir(target)
         kinds = [graph_kind] if graph_kind else ["real", "timed"]

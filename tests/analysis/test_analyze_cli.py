@@ -83,3 +83,9 @@ def test_exported_trace_nests_and_chakra_files_read_back(pipeline, run_prism, tm
     for rank in range(4):
         meta, nodes = read_chakra(tmp_path / "et" / f"prism.{rank}.et")
         assert meta.version and len(nodes) > 10
+
+
+def test_a_directory_without_a_graph_or_an_emulation_is_named(run_prism, tmp_path):
+    res = run_prism("analyze", str(tmp_path))
+    assert res.returncode == 2
+    assert f"{tmp_path}: neither an emulation directory (report.json) nor a run" in res.stderr
