@@ -52,12 +52,15 @@ class Analysis:
 
 
 def _peers(run: RunDir, world: int) -> dict[int, tuple[int, ...]] | None:
-    """Each rank's DP replicas from the job's parallelism (None: none declared)."""
+    """Each rank's DP replicas from the job's parallelism (None: none declared; then ranks that
+    run the same program stand in, which would pair the middle stages of a pipeline)."""
     if not run.job_file.exists():
         return None
     p = run.load_job().parallelism
-    if p is None or p.dp < 2 or p.product != world:
+    if p is None or p.product != world:
         return None
+    if p.dp < 2:
+        return {r: (r,) for r in range(world)}
     perms = dp_permutations({"pp": p.pp, "dp": p.dp, "cp": p.cp, "tp": p.tp}, p.mesh)
     return {r: tuple(sorted({perm[r] for perm in perms})) for r in range(world)}
 
