@@ -13,6 +13,7 @@ timing is dominated by CPU contention (docs/analyze.md), and a case is worth one
 
 from __future__ import annotations
 
+import argparse
 import collections
 import json
 import logging
@@ -30,6 +31,9 @@ OUT = Path(__file__).resolve().parent / "results" / "analyze_confusion.json"
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=OUT, help="JSON results (default: %(default)s)")
+    out = parser.parse_args().out
     t0 = time.perf_counter()
     rows = []
     confusion = collections.Counter()
@@ -45,8 +49,8 @@ def main() -> int:
     matrix = {i: {v: confusion[(i, v)] for v in CLASSES} for i in CLASSES}
     data = {"cases": total, "diagonal": diagonal, "diagonal_fraction": diagonal / total, "matrix": matrix,
             "rows": rows, "seconds": round(time.perf_counter() - t0, 2), "source": "synthetic graphs (prism.analysis.inject)"}
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(data, indent=1))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1))
     table = Table(title=f"injected (rows) vs verdict (columns): {diagonal}/{total} on the diagonal", title_justify="left")
     table.add_column("injected")
     for c in CLASSES:
@@ -54,7 +58,7 @@ def main() -> int:
     for i in CLASSES:
         table.add_row(i, *(str(matrix[i][v]) for v in CLASSES))
     Console().print(table)
-    log.info("wrote %s", OUT)
+    log.info("wrote %s", out)
     return 0 if diagonal / total >= 0.9 else 1
 
 

@@ -26,6 +26,7 @@ BENCHMARKS = [
     ("memtrack_cost.py", [], "--out"),
     ("record_overhead.py", [], "--out"),
     ("op_overhead.py", [], "--out"),
+    ("analyze_confusion.py", [], "--out"),
 ]
 
 
