@@ -22,8 +22,10 @@ _COLORS = {NodeKind.COMPUTE: "#4C72B0", NodeKind.WAIT: "#BBBBBB", NodeKind.COLLE
            NodeKind.SEND: "#55A868", NodeKind.RECV: "#8172B3"}
 
 
-def write_gantt(graph: Graph, step: int, path: str | Path, *, title: str = "", t_lb_ns: int | None = None) -> Path:
-    """Draw ``step`` of ``graph`` (observed times) into the PNG ``path``; returns the path."""
+def write_gantt(graph: Graph, step: int, path: str | Path, *, title: str = "", t_lb_ns: int | None = None,
+                highlight: frozenset[tuple[int, int]] = frozenset()) -> Path:
+    """Draw ``step`` of ``graph`` (observed times) into the PNG ``path``; returns the path.
+    ``highlight``: (rank, index) of nodes outlined in red (the binding chain)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display: a file only
@@ -51,6 +53,10 @@ def write_gantt(graph: Graph, step: int, path: str | Path, *, title: str = "", t
                   for s in bars.get(key, ()) if s.node.kind is kind]
             if xs:
                 ax.broken_barh(xs, (y - 0.4, 0.8), facecolors=_COLORS[kind], linewidth=0)
+        marked = [((s.start_ns - origin) / 1e6, max((s.end_ns - s.start_ns) / 1e6, 1e-3))
+                  for s in bars.get(key, ()) if (s.node.rank, s.node.index) in highlight]
+        if marked:
+            ax.broken_barh(marked, (y - 0.45, 0.9), facecolors="none", edgecolors="red", linewidth=1.2)
     ax.set_yticks(range(len(rows)), [f"r{r} {lane}" for r, lane in rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("ms from the step's first event")
@@ -59,6 +65,8 @@ def write_gantt(graph: Graph, step: int, path: str | Path, *, title: str = "", t
     handles = [Patch(color=c, label=k.value.lower()) for k, c in _COLORS.items()]
     if t_lb_ns is not None:
         handles.append(Patch(color="red", label="T_lb"))
+    if highlight:
+        handles.append(Patch(facecolor="none", edgecolor="red", label="binding chain"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
     hidden = len(graph.nodes) - len(ranks)
     shown = f" (first {len(ranks)} ranks of {len(graph.nodes)})" if hidden else ""

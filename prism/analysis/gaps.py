@@ -77,6 +77,9 @@ class StepGap:
     """observed − T_prog when negative (the model is slower than the run), else 0."""
     chain: tuple[Link, ...]
     binding_rank: int
+    chain_nodes: tuple[tuple[int, int], ...] = ()
+    """(rank, index) of every node on the binding chain (a collective: each member's op; a
+    message: its send)."""
 
     @property
     def gap_ns(self) -> int:
@@ -180,6 +183,24 @@ def _chain(items: tuple[Item, ...]) -> tuple[Link, ...]:
     return tuple(links)
 
 
+def _chain_nodes(items: tuple[Item, ...], nodes: Mapping[int, tuple[Node, ...]]) -> tuple[tuple[int, int], ...]:
+    out: dict[tuple[int, int], None] = {}
+    for it in items:
+        n = it.node
+        if n is None or it.what not in ("compute", "collective", "message"):
+            continue
+        if it.what == "collective":
+            out.update(((m.rank, m.index), None) for ns in nodes.values() for m in ns
+                       if m.kind is NodeKind.COLLECTIVE and (m.group_id, m.seq) == (n.group_id, n.seq))
+        elif it.what == "message":
+            # the send: a receive's span is mostly waiting, which is not the chain's work
+            out.update(((m.rank, m.index), None) for m in nodes.get(it.rank, ())
+                       if m.kind is NodeKind.SEND and (m.group_id, m.seq, m.peer) == (n.group_id, n.seq, it.peer))
+        else:
+            out[(n.rank, n.index)] = None
+    return tuple(out)
+
+
 def _step_gap(step: int, observed: int, nodes: Mapping[int, tuple[Node, ...]], work: Work,
               peers: Mapping[int, tuple[int, ...]], grads: frozenset[str]) -> StepGap:
     def run(v: Variant) -> Schedule:
@@ -204,7 +225,8 @@ def _step_gap(step: int, observed: int, nodes: Mapping[int, tuple[Node, ...]], w
         binding = max(lb.step_ns, key=lambda r: (lb.step_ns[r], -r)) if lb.step_ns else -1
     return StepGap(step=step, observed_ns=observed, lower_bound_ns=t["lb"], work_ns=w,
                    classes_ns={c: classes[c] for c in CLASSES}, model_ns=t,
-                   model_error_ns=min(0, observed - t["prog"]), chain=_chain(lb.chain), binding_rank=binding)
+                   model_error_ns=min(0, observed - t["prog"]), chain=_chain(lb.chain), binding_rank=binding,
+                   chain_nodes=_chain_nodes(lb.chain, nodes))
 
 
 def analyze_graph(graph: Graph, *, peers: Mapping[int, tuple[int, ...]] | None = None, skip_steps: int = 0,

@@ -99,6 +99,7 @@ def analyze_target(target: str | Path, *, graph_kind: str | None = None, skip: i
     data = {"source": source, "skip_steps": skip, **report.to_json()}
     atomic_write_text(out / "analysis.json", json.dumps(data, indent=1))
     gantts = tuple(write_gantt(graph, s.step, out / f"gantt-step{s.step}.png", t_lb_ns=s.lower_bound_ns,
+                               highlight=frozenset(s.chain_nodes),
                                title=f"{graph.job_name or source} step {s.step}: observed {s.observed_ns / 1e6:.1f} ms, "
                                      f"T_lb {s.lower_bound_ns / 1e6:.1f} ms, {s.verdict} {CLASS_NAMES[s.verdict]}")
                    for s in report.steps[:MAX_GANTT_STEPS])

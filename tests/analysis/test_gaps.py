@@ -134,3 +134,14 @@ def test_fault_injection_confusion_matrix_is_at_least_90_percent_diagonal():
     assert all(per_class[c] >= 5 for c in CLASSES)
     diagonal = sum(confusion[(c, c)] for c in CLASSES)
     assert diagonal / sum(per_class.values()) >= 0.9, confusion
+
+
+def test_the_binding_chain_names_its_nodes_for_the_gantt_chart(tmp_path):
+    from prism.analysis.gantt import write_gantt
+
+    graph = parse_graph(SKEW)
+    (step,) = analyze_graph(graph).steps
+    # the balanced bound runs through rank 0's compute (or its peer's) and the all-reduce's members
+    assert set(step.chain_nodes) >= {(0, 1), (1, 1)}
+    png = write_gantt(graph, 0, tmp_path / "g.png", t_lb_ns=step.lower_bound_ns, highlight=frozenset(step.chain_nodes))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
