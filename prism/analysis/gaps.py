@@ -116,8 +116,15 @@ class GapReport:
         mean = self.mean_classes_ns()
         return max(CLASSES, key=lambda c: (mean[c], -CLASSES.index(c)))
 
+    @property
+    def largest_hard(self) -> str:
+        """The larger of H1 and H2: what stays when everything recoverable is recovered."""
+        mean = self.mean_classes_ns()
+        return max(("H1", "H2"), key=lambda c: (mean[c], c == "H1"))
+
     def to_json(self) -> dict:
         return {"verdict": self.verdict, "verdict_name": CLASS_NAMES[self.verdict],
+                "largest_hard": self.largest_hard,
                 "mean_observed_ms": self.mean_ns("observed_ns") / 1e6,
                 "mean_t_lb_ms": self.mean_ns("lower_bound_ns") / 1e6,
                 "mean_classes_ms": {c: v / 1e6 for c, v in self.mean_classes_ns().items()},

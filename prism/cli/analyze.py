@@ -129,11 +129,16 @@ def print_analysis(a: Analysis, console: Console | None = None) -> None:
     kind = "recoverable" if v in RECOVERABLE else "hard (not recoverable)"
     console.print(f"verdict: [bold]{v} {CLASS_NAMES[v]}[/], {kind}: {mean[v] / 1e6:.2f} ms of a "
                   f"{observed / 1e6:.2f} ms step ({mean[v] / observed * 100 if observed else 0:.0f} %); "
-                  f"T_lb {a.report.mean_ns('lower_bound_ns') / 1e6:.2f} ms", highlight=False)
+                  f"T_lb {a.report.mean_ns('lower_bound_ns') / 1e6:.2f} ms", highlight=False, soft_wrap=True)
+    hard = a.report.largest_hard
+    console.print("recoverable " + ", ".join(f"{c} {mean[c] / 1e6:.2f} ms" for c in ("R1", "R2", "R3"))
+                  + "; hard " + ", ".join(f"{c} {mean[c] / 1e6:.2f} ms" for c in ("H1", "H2"))
+                  + f"; largest hard class: {hard} {CLASS_NAMES[hard]}", highlight=False, soft_wrap=True)
     for s in a.report.steps:
         console.print(f"binding chain, step {s.step} (T_lb {s.lower_bound_ns / 1e6:.2f} ms, ends on rank {s.binding_rank}): "
                       f"{_chain_text(s.chain)}", highlight=False, soft_wrap=True)
-    console.print(f"outputs: {a.out_dir} (analysis.json, {len(a.gantts)} Gantt chart(s))", highlight=False)
+    console.print(f"outputs: {a.out_dir} (analysis.json, {len(a.gantts)} Gantt chart(s))", highlight=False,
+                  soft_wrap=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -61,9 +61,9 @@ def test_one_slow_replica_is_named_cross_rank_skew(slow_replica, run_prism):
     data = json.loads((slow_replica / "analysis" / "analysis.json").read_text())
     assert data["verdict"] == "R3" and [s["step"] for s in data["steps"]] == [1, 2]
     for s in data["steps"]:
-        # rank 1 computes 1.6x rank 0's work: about 0.6 of the balanced work is skew (sleeps
-        # overshoot on a loaded host, so the bounds are wide)
-        assert 0.3 * s["work_ms"] < s["classes_ms"]["R3"] < 1.0 * s["work_ms"], s
+        # rank 1 computes 1.6x rank 0's work: up to 0.6 of the balanced work is skew (less on a
+        # loaded host, where the fast replica's sleeps overshoot too)
+        assert s["verdict"] == "R3" and 0 < s["classes_ms"]["R3"] < 0.75 * s["work_ms"], s
         assert s["t_lb_ms"] < s["observed_ms"]
         png = slow_replica / "analysis" / f"gantt-step{s['step']}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

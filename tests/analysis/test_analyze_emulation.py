@@ -4,6 +4,7 @@ T_lb and the binding chain. The model is sized so that compute, not the 2-core h
 latency, dominates a step (one intra-op thread per rank)."""
 
 import dataclasses
+import json
 
 import pytest
 
@@ -31,7 +32,14 @@ def test_analyze_names_the_bubble_of_an_examples_pp_emulation(tmp_path, run_pris
     report = emulate_and_report(run, EmulateOptions(ranks=(1, 2), timeout_s=600))
     res = run_prism("analyze", str(report.out_dir))
     assert res.returncode == 0, res.stderr
-    verdict = next(line for line in res.stdout.splitlines() if line.startswith("verdict:"))
-    assert "H1 structural orphan" in verdict and "T_lb" in verdict
+    lines = res.stdout.splitlines()
+    assert "T_lb" in next(line for line in lines if line.startswith("verdict:"))
+    # The bubble is the largest hard class. The overall verdict is H1 on a quiet host; on a loaded
+    # one R1 can outgrow it: the vranks' times are the timed graph's prediction, the sandbox
+    # ranks' the real ones, and the run is slower than the model of the two by their mismatch.
+    assert "largest hard class: H1 structural orphan" in next(line for line in lines if line.startswith("recoverable"))
+    data = json.loads((report.out_dir / "analysis" / "analysis.json").read_text())
+    assert data["verdict"] in ("H1", "R1") and data["largest_hard"] == "H1"
+    assert data["mean_classes_ms"]["H1"] > 0.08 * data["mean_observed_ms"]
     chains = [line for line in res.stdout.splitlines() if line.startswith("binding chain, step")]
     assert len(chains) == 2 and all("r0 compute" in c and "r3 compute" in c for c in chains)
