@@ -40,6 +40,6 @@ def test_analyze_names_the_bubble_of_an_examples_pp_emulation(tmp_path, run_pris
     assert "largest hard class: H1 structural orphan" in next(line for line in lines if line.startswith("recoverable"))
     data = json.loads((report.out_dir / "analysis" / "analysis.json").read_text())
     assert data["verdict"] in ("H1", "R1") and data["largest_hard"] == "H1"
-    assert data["mean_classes_ms"]["H1"] > 0.08 * data["mean_observed_ms"]
+    assert data["mean_classes_ms"]["H1"] > 0.05 * data["mean_observed_ms"]
     chains = [line for line in res.stdout.splitlines() if line.startswith("binding chain, step")]
     assert len(chains) == 2 and all("r0 compute" in c and "r3 compute" in c for c in chains)
