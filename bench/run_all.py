@@ -27,6 +27,7 @@ BENCHMARKS = [
     ("record_overhead.py", [], "--out"),
     ("op_overhead.py", [], "--out"),
     ("replay.py", [], "--out"),
+    ("analyze_confusion.py", [], "--out"),
 ]
 
 

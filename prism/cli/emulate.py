@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         if row["oom"]:
             console.print(f"[bold red]rank {r} ran out of memory[/] at step {row['oom']['step']}: "
                           f"{escape(row['oom']['message'])}", highlight=False)
-    extra = ", profile/" if "profile_dir" in data else ""
+    extra = (", gantt.png" if (report.out_dir / "gantt.png").is_file() else "") + (
+        ", profile/" if "profile_dir" in data else "")
     console.print(f"outputs: {report.out_dir} (report.json, timeline.json{extra})")
     print_no_steps([int(r) for r, row in sorted(data["ranks"].items(), key=lambda kv: int(kv[0]))
                     if not row.get("step_ms") and not row["oom"]], console)

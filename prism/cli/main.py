@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from prism.core.errors import PrismError, RankFailedError, RankOOMError
 
-from . import EXIT_OOM, calibrate, collect, demo, emulate, export, record, replay, simulate, validate, walk
+from . import EXIT_OOM, analyze, calibrate, collect, demo, emulate, export, record, replay, simulate, validate, walk
 
 __all__ = ["main"]
 
@@ -45,7 +45,8 @@ def _stop_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 COMMANDS = {"record": record, "collect": collect, "simulate": simulate, "walk": walk, "export": export, "demo": demo,
-            "emulate": emulate, "calibrate": calibrate, "validate": validate, "replay": replay}
+            "emulate": emulate, "calibrate": calibrate, "validate": validate, "replay": replay,
+            "analyze": analyze}
 
 
 def build_parser() -> argparse.ArgumentParser:

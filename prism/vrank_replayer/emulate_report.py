@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from prism.analysis.gantt import write_gantt
 from prism.core.atomic import atomic_write_text
 from prism.core.errors import RankOOMError, RunDirError
 from prism.core.rundir import RunDir
@@ -30,12 +31,14 @@ from prism.graph.records import Graph, GroupInfo, Node, NodeKind
 from .calibrate_run import ensure_recorded
 from .launch import PROFILE_DIR, EmulateOptions, EmulateResult, emulate
 
-__all__ = ["EmulationReport", "emulate_and_report", "summarize_steps", "REPORT_FILE", "TIMELINE_FILE"]
+__all__ = ["EmulationReport", "emulate_and_report", "emulation_graph", "load_emulation", "summarize_steps",
+           "REPORT_FILE", "TIMELINE_FILE", "GANTT_FILE"]
 
 log = logging.getLogger(__name__)
 
 REPORT_FILE = "report.json"
 TIMELINE_FILE = "timeline.json"
+GANTT_FILE = "gantt.png"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +74,10 @@ def _step_end_ns(nodes, step: int) -> int | None:
     return ends[step] if step < len(ends) and ends[step] >= 0 else None
 
 
-def _timeline(timed: Graph | None, real_nodes: dict, groups: dict, steps: int | None, world_size: int) -> dict:
+def emulation_graph(timed: Graph | None, real_nodes: dict, groups: dict, steps: int | None, world_size: int) -> Graph:
+    """The emulated run as one graph: the sandbox ranks' recorded nodes (launcher clock) and the
+    vranks' timed-graph nodes, shifted so that the sandbox ranks' predicted end of step 0 meets
+    their real one."""
     nodes = dict(real_nodes)
     if timed is not None:
         shifts = [r_end - p_end for r, ns in real_nodes.items()
@@ -83,12 +89,52 @@ def _timeline(timed: Graph | None, real_nodes: dict, groups: dict, steps: int | 
             nodes[r] = tuple(dataclasses.replace(n, start_ns=n.start_ns + shift) for n in ns
                              if (steps is None or n.step < steps) and n.start_ns >= 0)
         groups = {**timed.groups, **groups}
-    graph = Graph(world_size=world_size, nodes=nodes, groups=groups, kind="emulated")
+    return Graph(world_size=world_size, nodes=nodes, groups=groups, kind="emulated", meta={"clock": "shared"})
+
+
+def load_emulation(out_dir: str | Path) -> Graph:
+    """:func:`emulation_graph` of an emulation directory (RUN/emulations/<id>), from its
+    report.json, the sandbox ranks' records and the timed graph it ran with."""
+    out = Path(out_dir)
+    report = out / REPORT_FILE
+    if not report.is_file():
+        raise RunDirError(f"{out}: not an emulation directory (no {REPORT_FILE})")
+    data = json.loads(report.read_text())
+    real_nodes, groups, summaries = {}, {}, {}
+    for r in data["sandbox_ranks"]:
+        rec = _record(out, r)
+        if rec is None:
+            raise RunDirError(f"{record_path(out, r)}: rank {r}'s record of this emulation is missing")
+        real_nodes[r] = tuple(rec.nodes)
+        groups.update({g.group_id: g for g in rec.groups})
+        summaries[r] = rec.summary
+    timed = None
+    if data.get("clock") == "timed":
+        timed_dir = Path(data.get("timed_graph_dir") or out.parent.parent / "graph" / "timed")
+        timed = read_graph(timed_dir)
+    graph = emulation_graph(timed, real_nodes, groups, data.get("steps"), data["world_size"])
+    return dataclasses.replace(graph, summaries=summaries)
+
+
+def _timeline(graph: Graph, real_ranks) -> dict:
     trace = to_chrome_trace(graph)
     for ev in trace["traceEvents"]:
         if ev.get("name") == "process_name":
-            ev["args"]["name"] += " (real)" if ev["pid"] in real_nodes else " (virtual, timed graph)"
+            ev["args"]["name"] += " (real)" if ev["pid"] in real_ranks else " (virtual, timed graph)"
     return trace
+
+
+def _write_gantt(graph: Graph, skip: int, out: Path) -> None:
+    """The Gantt chart of the first measured step beside report.json (a failure to draw it is
+    logged: the emulation's results stand without it)."""
+    steps = [n.step for ns in graph.nodes.values() for n in ns if n.kind is NodeKind.MARK and n.mark == "step_end"]
+    if not steps:
+        return
+    step = min(skip, max(steps))
+    try:
+        write_gantt(graph, step, out / GANTT_FILE, title=f"emulated step {step}")
+    except ImportError as e:
+        log.warning("no Gantt chart (%s): install matplotlib", e)
 
 
 def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_timed: bool = True,
@@ -110,7 +156,7 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
     cap = job.memory_cap_bytes if options.memory_cap_bytes is None else options.memory_cap_bytes
     data: dict = {"world_size": job.world_size, "sandbox_ranks": list(ranks), "skip_steps": skip,
                   "clock": "timed" if timed is not None else "asap", "steps": options.steps,
-                  "memory_cap_bytes": cap, "ranks": {}}
+                  "memory_cap_bytes": cap, "ranks": {}, "timed_graph_dir": options.timed_graph_dir}
     if options.profile:
         data["profile_dir"] = str(out / PROFILE_DIR)
     if not options.recorded_dir:
@@ -160,7 +206,9 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / REPORT_FILE, json.dumps(data, indent=1))
     if real_nodes:
-        write_chrome_trace(out / TIMELINE_FILE, _timeline(timed, real_nodes, groups, options.steps, job.world_size))
+        graph = emulation_graph(timed, real_nodes, groups, options.steps, job.world_size)
+        write_chrome_trace(out / TIMELINE_FILE, _timeline(graph, real_nodes))
+        _write_gantt(graph, skip, out)
     else:
         raise RunDirError(f"{out}: no sandbox rank left a record; see the logs there")
     log.info("emulation report in %s", out)

@@ -71,3 +71,16 @@ def test_emulate_on_the_timed_clock_reports_times_memory_and_a_timeline(calibrat
     assert names[1].endswith("(real)") and "virtual" in names[0]
     spans = {e["pid"] for e in trace["traceEvents"] if e.get("ph") == "X"}
     assert spans == {0, 1, 2, 3}
+
+
+def test_emulate_draws_a_gantt_chart_and_analyze_names_the_bubble(calibrated):
+    from prism.cli.analyze import analyze_target
+
+    run, _, _ = calibrated
+    report = emulate_and_report(run, EmulateOptions(ranks=SANDBOX, timeout_s=300))
+    assert (report.out_dir / "gantt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    analysis = analyze_target(report.out_dir)
+    # 2 stages x 4 microbatches, stage 1 1.5x slower on both replicas: fill and drain idle
+    assert analysis.report.verdict == "H1"
+    assert all(s.lower_bound_ns > 0 and s.chain for s in analysis.report.steps)
+    assert {p.name for p in analysis.gantts} == {"gantt-step1.png", "gantt-step2.png"}
