@@ -53,9 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(a peak can depend on when peers arrive); default 1")
 
 
-def _torch_fake(job, rank: int, real, skip: int, timeout_s: float) -> dict:
+def _torch_fake(job, rank: int, real, skip: int, timeout_s: float, run: Path) -> dict:
     try:
-        rec = walk_rank(job, rank, engine="torch-fake", timeout_s=timeout_s)
+        rec = walk_rank(job, rank, engine="torch-fake", timeout_s=timeout_s, run_dir=run)
     except RankFailedError as e:
         lines = e.traceback_text.strip().splitlines()
         return {"status": "crashed", "error": lines[-1] if lines else f"exit code {e.exit_code}"}
@@ -97,7 +97,7 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
         rows[r] = {"prism": {**dataclasses.asdict(fid), "losses_bitwise_collected": bitwise, "oom": row["oom"], "diverged_ops": len(row.get("diverged_ops", [])),
                              "calibrated_ms": cal.report.ranks[r].calibrated_step_ns / 1e6
                              if cal.report.ranks[r].calibrated_steps_ns else None},
-                   "torch_fake": _torch_fake(job, r, real, skip, timeout_s) if torch_fake else None}
+                   "torch_fake": _torch_fake(job, r, real, skip, timeout_s, run) if torch_fake else None}
     return without_nan({"job": job.name, "world_size": job.world_size, "sandbox_ranks": list(ranks),
                         "run_dir": str(run), "skip_steps": skip, "real_repeats": real_repeats,
                         "emulation": str(emu.out_dir), "ranks": rows,

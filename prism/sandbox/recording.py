@@ -15,6 +15,7 @@ from pathlib import Path
 from prism.core.atomic import atomic_write_text
 from prism.core.config import JobConfig
 from prism.core.errors import HangError, MismatchError, RankFailedError, RankOOMError
+from prism.core.isolation import isolated_run
 from prism.core.rundir import RunDir
 from prism.graph.io import write_graph
 from prism.graph.records import Graph, RankRecord
@@ -45,11 +46,13 @@ def record_job(
     failure = run.root / FAILURE_FILE
     failure.unlink(missing_ok=True)
     try:
-        records = launch_ranks(
-            job,
-            LaunchOptions(engine="passthrough", timeout_s=timeout_s, cuda_backend=cuda_backend, log_dir=str(run.logs)),
-            on_progress=on_progress,
-        )
+        with isolated_run(job, run.root, "record", refresh=True) as workspace:
+            records = launch_ranks(
+                job,
+                LaunchOptions(engine="passthrough", timeout_s=timeout_s, cuda_backend=cuda_backend,
+                              log_dir=str(run.logs), workspace=workspace),
+                on_progress=on_progress,
+            )
     except RankFailedError as e:
         atomic_write_text(failure, json.dumps(failure_summary(e), indent=1))
         raise
@@ -79,9 +82,16 @@ def failure_summary(error: RankFailedError) -> dict:
     }
 
 
-def walk_rank(job: JobConfig, rank: int, *, engine: str = "fake", timeout_s: float = 600.0) -> RankRecord:
-    """Run logical rank ``rank`` alone (no peers) under ``engine``; return what it did."""
+def walk_rank(job: JobConfig, rank: int, *, engine: str = "fake", timeout_s: float = 600.0,
+              run_dir: str | Path | None = None) -> RankRecord:
+    """Run logical rank ``rank`` alone (no peers) under ``engine``; return what it did. With
+    ``run_dir``, in a working directory of its own (its outputs: RUN/outputs/walk-<engine>-r<rank>)."""
     if not 0 <= rank < job.world_size:
         raise ValueError(f"rank {rank} is outside 0-{job.world_size - 1}")
-    (record,) = launch_ranks(job, LaunchOptions(engine=engine, ranks=(rank,), timeout_s=timeout_s))
+    if run_dir is None:
+        (record,) = launch_ranks(job, LaunchOptions(engine=engine, ranks=(rank,), timeout_s=timeout_s))
+        return record
+    with isolated_run(job, run_dir, f"walk-{engine}-r{rank}") as workspace:
+        (record,) = launch_ranks(job, LaunchOptions(engine=engine, ranks=(rank,), timeout_s=timeout_s,
+                                                    workspace=workspace))
     return record
