@@ -16,7 +16,8 @@ from prism.core.config import Isolation, ValuesPolicy, load_job
 from prism.graph.compare import match_ratio
 from prism.graph.records import CommOp
 from prism.sandbox.recording import record_job
-from prism.vrank_replayer import EmulateOptions, emulate
+from prism.core.errors import RankFailedError
+from prism.vrank_replayer import EmulateOptions, capture_job, emulate
 from prism.vrank_replayer.calibrate_run import calibrate_run
 from tests.conftest import ASSETS
 
@@ -94,3 +95,21 @@ def test_writes_outside_are_reported_and_extra_paths_are_reset_and_put_back(scri
     assert summary["outside"] == [f"{beside} (changed)"]  # the first run added it, the second changed it
     assert any("wrote outside its working directory" in r.getMessage() and str(beside) in r.getMessage()
                for r in caplog.records)
+
+
+def test_a_recorded_input_of_another_size_is_a_divergence_named_by_its_op_not_a_crash(tmp_path):
+    # The structure graph comes from one run of the script and the recorded data from another that
+    # took another path (here: another size; in the field, a checkpoint that run resumed from).
+    job = load_job(ASSETS / "jobs" / "resume2" / "job.yaml")
+    run = tmp_path / "run"
+    record_job(dataclasses.replace(job, env={"NUMEL": "16384"}), run)
+    capture_job(dataclasses.replace(job, env={"NUMEL": "4"}), run, derive_for=(0, 1), timeout_s=240)
+    # Every member of the group real (a calibration slice): the ops run, flagged as diverged.
+    both = emulate(run, EmulateOptions(ranks=(0, 1), timeout_s=240))
+    assert any(op.startswith("all_reduce ") for op in both.ranks[0].diverged_ops)
+    # A virtual peer would replay values of the wrong size: the emulation stops, naming the op.
+    with pytest.raises(RankFailedError) as err:
+        emulate(run, EmulateOptions(ranks=(0,), timeout_s=240))
+    text = str(err.value) + err.value.traceback_text
+    assert "all_reduce on group" in text and "float32[16384]" in text and "float32[4]" in text
+    assert "must match the size" not in text

@@ -11,7 +11,7 @@ dist.init_process_group("gloo")
 rank = dist.get_rank()
 ckpt_dir = os.environ.get("CKPT_DIR", "checkpoints")
 found = sorted(f for f in os.listdir(ckpt_dir) if f.startswith("step-")) if os.path.isdir(ckpt_dir) else []
-w = torch.nn.Parameter(torch.full((4,), float(rank + 1)))
+w = torch.nn.Parameter(torch.full((int(os.environ.get("NUMEL", "4")),), float(rank + 1)))
 opt = torch.optim.SGD([w], lr=0.1)
 start = 0
 if found:
