@@ -101,6 +101,8 @@ class CollectStats:
     """Comm ops whose outputs were ready at fetch time, so the rank kept its slot."""
     num_by_rule: int = 0
     """Comm ops (per rank) whose outputs a rule or the filler decided."""
+    num_waited_in_place: int = 0
+    """Comm ops a rank waited for holding its slot, because no other rank wanted one (no swap)."""
 
 
 class RunState:
@@ -206,6 +208,18 @@ class RunState:
             op = info.ops.get(op_index)
             if op is None:
                 raise FetchError(f"rank {rank}: fetch of op #{op_index} that was never submitted")
+            if not op.done and not self._slot_wanted():
+                # No rank waits for a slot: wait holding it. Releasing it would swap the whole device
+                # context out and back in (a CUDA checkpoint of the process) for every comm op whose
+                # peer is late — with K >= W, for nothing.
+                info.status = RankStatus.BLOCKED
+                info.waiting_op = op_index
+                self.stats.num_waited_in_place += 1
+                while not op.done and self.error is None and not self._slot_wanted():
+                    self._cond.wait()
+                if op.done or self.error is not None:
+                    info.status = RankStatus.ACTIVE
+                    return self._take(info, op_index)
             keep = op.done and not self._someone_starving()
             if keep:
                 self.stats.num_kept_slot += 1
@@ -291,6 +305,11 @@ class RunState:
             raise FetchError(str(self.error))
         info.waiting_op = -1
         return info.slot, op.outputs or []
+
+    def _slot_wanted(self) -> bool:
+        """Whether a rank waits for a slot that none is free for."""
+        return not self._free_slots and any(r.status in (RankStatus.READY, RankStatus.NOT_STARTED)
+                                            for r in self._ranks.values())
 
     def _someone_starving(self) -> bool:
         return any(r.status is RankStatus.READY and self._grant_counter - r.candidate_since > self.starvation_grants
@@ -394,6 +413,9 @@ class RunState:
             if outputs and self.policy.keep_outputs(rank, size):
                 self.payloads.note(op_key(rank, h.group_id, h.seq, kind), "outputs", self.payloads.put(outputs))
         if info.status is RankStatus.BLOCKED and info.waiting_op == op_index:
+            if info.slot >= 0:  # it waits holding its slot (fetch)
+                self._cond.notify_all()
+                return
             info.status = RankStatus.READY
             info.candidate_since = self._grant_counter
             self._schedule()
