@@ -62,6 +62,9 @@ class CollectOptions:
     """What workers dial (default: the bound address)."""
     switcher: ContextSwitcher | None = None
     """None = by the job's device (CUDA checkpoint on cuda, counted no-ops on cpu)."""
+    stall_report_s: float = 60.0
+    """When nothing moves for this long (no comm op submitted or resolved, no rank finished), a
+    warning says what every rank is doing (swaps in flight, pending ops); again each period."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +172,7 @@ def _collect(job: JobConfig, run: RunDir, staging: Path, options: CollectOptions
     env = package_env()
     started = time.monotonic()
     deadline = started + options.timeout_s
+    mark, moved_at, reported_at = state.progress_mark(), started, started
     try:
         with Supervisor(error_dir=work, log_dir=run.logs) as sup:
             while not state.all_finished():
@@ -186,6 +190,12 @@ def _collect(job: JobConfig, run: RunDir, staging: Path, options: CollectOptions
                 if on_progress:
                     on_progress(CollectProgress(state.num_finished(), len(state.ranks), state.stats.num_collectives,
                                                 switcher.stats.num_swaps_out, time.monotonic() - started))
+                now = time.monotonic()
+                if (m := state.progress_mark()) != mark:
+                    mark, moved_at = m, now
+                elif now - max(moved_at, reported_at) >= options.stall_report_s:
+                    reported_at = now
+                    log.warning("%s", state.stall_report(now - moved_at))
                 if time.monotonic() > deadline:
                     raise PrismError(f"collect timed out after {options.timeout_s:.0f} s\n"
                                      + state.pending_report())

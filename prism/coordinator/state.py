@@ -24,6 +24,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -138,6 +139,7 @@ class RunState:
         self._recvs: dict[tuple[int, int, str, int], tuple[int, int]] = {}
         self._recvs_by_rule: set[tuple[int, int, str, int]] = set()
         self._to_spawn: list[tuple[int, int]] = []
+        self._swapping: dict[int, tuple[str, float]] = {}
         self._grant_counter = 0
         self.error: PrismError | None = None
         self.max_active = 0
@@ -247,12 +249,17 @@ class RunState:
             return self._take(info, op_index)
 
     def _switch(self, call, rank: int, pid: int, direction: str) -> None:
+        with self._cond:
+            self._swapping[rank] = (direction, time.monotonic())
         try:
             call(pid)
         except Exception as e:
             with self._cond:
                 self._fail(PrismError(f"swapping rank {rank} (pid {pid}) {direction} failed: {e}"))
             raise FetchError(str(self.error)) from e
+        finally:
+            with self._cond:
+                self._swapping.pop(rank, None)
 
     def finish(self, rank: int) -> None:
         with self._cond:
@@ -291,6 +298,26 @@ class RunState:
     def pending_report(self) -> str:
         with self._cond:
             return self._report("pending comm ops")
+
+    def progress_mark(self) -> tuple[int, ...]:
+        """Changes whenever the run moves: a comm op submitted or resolved, a rank finished, a swap."""
+        with self._cond:
+            return (self.stats.num_collectives, self.stats.num_p2p, self.stats.num_grants,
+                    self.stats.num_waited_in_place, self.stats.num_kept_slot,
+                    sum(1 for r in self._ranks.values() if r.status is RankStatus.FINISHED),
+                    sum(len(r.ops) for r in self._ranks.values()))
+
+    def stall_report(self, stalled_s: float) -> str:
+        """Why nothing moved for ``stalled_s``: swaps in flight and every rank's pending op."""
+        now = time.monotonic()
+        with self._cond:
+            swaps = [f"  rank {r}: swap {d} running for {now - t0:.0f} s (a CUDA checkpoint of the process)"
+                     for r, (d, t0) in sorted(self._swapping.items())]
+            running = [f"  rank {r.rank}: running its script (no comm op pending; last: "
+                       f"{describe_op(r.last_op) if r.last_op else 'none yet'})"
+                       for r in self._ranks.values() if r.status is RankStatus.ACTIVE and r.waiting_op < 0]
+            return "\n".join([f"collect: nothing moved for {stalled_s:.0f} s", *swaps, *running,
+                              self._report("pending comm ops")])
 
     # -- internals (lock held) ----------------------------------------------------------------------
     def _check_rank(self, rank: int) -> None:
