@@ -4,6 +4,7 @@ and after the warmup steps. Usage: python bench/_plain_rank.py OUT.json WARMUP S
 with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT)."""
 
 import json
+import os
 import runpy
 import sys
 
@@ -27,6 +28,7 @@ def _step_end(_opt, _args, _kwargs) -> None:
 
 register_optimizer_step_post_hook(_step_end)
 sys.argv = [script, *args]
+sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as python does for a script (sibling imports)
 runpy.run_path(script, run_name="__main__")
 torch.cuda.synchronize()
 steps_ms = [events[i - 1].elapsed_time(events[i]) for i in range(1, len(events))]
