@@ -162,7 +162,11 @@ def main() -> int:
     out = {"device": torch.cuda.get_device_name(0) if ns.device == "cuda" else "cpu",
            "num_gpus": torch.cuda.device_count(), "torch": torch.__version__, "host": platform.node(),
            "examples_dir": str(examples), "warmup_steps": WARMUP, "cases": []}
-    for name in ns.cases.split(","):
+    # Cases run by an earlier call (one device command may not fit all four) are kept.
+    earlier = json.loads(Path(ns.json).read_text()).get("cases", []) if Path(ns.json).is_file() else []
+    names = ns.cases.split(",")
+    out["cases"] = [c for c in earlier if c.get("name") not in names]
+    for name in names:
         try:
             row = run_case(name, examples, work, ns.device)
         except Exception as e:  # noqa: BLE001 - a failed case is a result too
