@@ -115,12 +115,6 @@ def run_case(name: str, examples: Path, work: Path, device: str) -> dict:
     prism = result["ranks"][0]["prism"]
     report = json.loads((Path(result["emulation"]) / "report.json").read_text())["ranks"]["0"]
     emu = report.get("step_ms", [])[WARMUP:]
-    outside = []
-    for summary in sorted((case / "run" / "outputs").rglob("*.json")):
-        if summary.parent.name == "outputs" or summary.parent.parent.name == "outputs":
-            data = json.loads(summary.read_text())
-            if isinstance(data, dict) and "outside" in data:
-                outside += [f"{data['phase']}: {w}" for w in data["outside"]]
     row.update(
         signature_match=prism["signature_match"],
         losses_bitwise_collected=prism["losses_bitwise_collected"],
@@ -128,7 +122,7 @@ def run_case(name: str, examples: Path, work: Path, device: str) -> dict:
         diverged_ops=prism["diverged_ops"],
         folder_unchanged=before == after,
         folder_changes=sorted(set(before.items()) ^ set(after.items()))[:20],
-        outside_writes=outside,
+        outside_writes=result["outside_writes"],
         outputs=sorted(str(p.relative_to(case / "run" / "outputs")) for p in (case / "run" / "outputs").rglob("*")
                        if p.is_file() and p.suffix != ".json")[:40],
         record_ms=prism["time"]["real_mean_ms"],

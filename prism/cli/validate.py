@@ -21,6 +21,7 @@ from rich.table import Table
 
 from prism.core.config import load_job
 from prism.core.errors import PrismError, RankFailedError
+from prism.core.isolation import outside_writes
 from prism.core.ranks import parse_rank_ranges
 from prism.graph.compare import match_ratio
 from prism.sandbox.recording import record_job, walk_rank
@@ -100,7 +101,7 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
                    "torch_fake": _torch_fake(job, r, real, skip, timeout_s, run) if torch_fake else None}
     return without_nan({"job": job.name, "world_size": job.world_size, "sandbox_ranks": list(ranks),
                         "run_dir": str(run), "skip_steps": skip, "real_repeats": real_repeats,
-                        "emulation": str(emu.out_dir), "ranks": rows,
+                        "emulation": str(emu.out_dir), "ranks": rows, "outside_writes": outside_writes(run),
                         "ranks_without_steps": [r for r in ranks_without_steps(real) if r in ranks]})
 
 
@@ -203,6 +204,8 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
     for note in notes:
         console.print(note, highlight=False)
     console.print(f"run: {result['run_dir']}  emulation: {result['emulation']}")
+    for write in result.get("outside_writes", []):
+        console.print(f"warning: the script wrote outside its working directory: {write}", highlight=False)
     print_no_steps(result.get("ranks_without_steps", []), console)
 
 

@@ -37,7 +37,8 @@ from .atomic import atomic_write_text, make_temp_dir, remove_stale_temporaries
 from .config import JobConfig
 from .errors import ConfigError
 
-__all__ = ["Workspace", "isolated_run", "source_root", "snapshot_source", "SOURCE_DIR", "OUTPUTS_DIR", "WORK_DIR"]
+__all__ = ["Workspace", "isolated_run", "source_root", "snapshot_source", "outside_writes", "SOURCE_DIR", "OUTPUTS_DIR",
+           "WORK_DIR"]
 
 log = logging.getLogger(__name__)
 
@@ -305,3 +306,18 @@ def isolated_run(job: JobConfig, run_root: str | os.PathLike[str], phase: str, *
                             f" and {len(ws.outside) - 5} more" if len(ws.outside) > 5 else "")
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def outside_writes(run_root: str | os.PathLike[str]) -> list[str]:
+    """``<phase>: <path> (added|changed|removed)`` for every write outside the working directory that
+    the runs of the script into ``run_root`` made (from their ``RUN/outputs/<phase>.json``)."""
+    out = []
+    outputs = Path(run_root) / OUTPUTS_DIR
+    for summary in sorted(outputs.glob("*.json")) + sorted(outputs.glob("*/*.json")):
+        try:
+            data = json.loads(summary.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and "phase" in data and isinstance(data.get("outside"), list):
+            out += [f"{data['phase']}: {w}" for w in data["outside"]]
+    return out

@@ -17,6 +17,7 @@ from prism.graph.compare import match_ratio
 from prism.graph.records import CommOp
 from prism.sandbox.recording import record_job
 from prism.core.errors import RankFailedError
+from prism.core.isolation import outside_writes
 from prism.vrank_replayer import EmulateOptions, capture_job, emulate
 from prism.vrank_replayer.calibrate_run import calibrate_run
 from tests.conftest import ASSETS
@@ -93,6 +94,7 @@ def test_writes_outside_are_reported_and_extra_paths_are_reset_and_put_back(scri
     assert torch.load(out / "extra" / f"0-{ckpts.name}" / "step-0003.pt")["step"] == 3
     summary = json.loads((run / "outputs" / "record.json").read_text())
     assert summary["outside"] == [f"{beside} (changed)"]  # the first run added it, the second changed it
+    assert outside_writes(run) == [f"record: {beside} (changed)"]
     assert any("wrote outside its working directory" in r.getMessage() and str(beside) in r.getMessage()
                for r in caplog.records)
 
