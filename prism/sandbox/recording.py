@@ -6,8 +6,10 @@ same recorder that the other modes use.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import tempfile
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -84,14 +86,14 @@ def failure_summary(error: RankFailedError) -> dict:
 
 def walk_rank(job: JobConfig, rank: int, *, engine: str = "fake", timeout_s: float = 600.0,
               run_dir: str | Path | None = None) -> RankRecord:
-    """Run logical rank ``rank`` alone (no peers) under ``engine``; return what it did. With
-    ``run_dir``, in a working directory of its own (its outputs: RUN/outputs/walk-<engine>-r<rank>)."""
+    """Run logical rank ``rank`` alone (no peers) under ``engine``; return what it did. It runs in a
+    working directory of its own: its outputs go to RUN/outputs/walk-<engine>-r<rank> with
+    ``run_dir``, else nowhere (a temporary run directory)."""
     if not 0 <= rank < job.world_size:
         raise ValueError(f"rank {rank} is outside 0-{job.world_size - 1}")
-    if run_dir is None:
-        (record,) = launch_ranks(job, LaunchOptions(engine=engine, ranks=(rank,), timeout_s=timeout_s))
-        return record
-    with isolated_run(job, run_dir, f"walk-{engine}-r{rank}") as workspace:
+    with contextlib.ExitStack() as stack:
+        root = run_dir if run_dir is not None else stack.enter_context(tempfile.TemporaryDirectory(prefix="prism-walk-"))
+        workspace = stack.enter_context(isolated_run(job, root, f"walk-{engine}-r{rank}"))
         (record,) = launch_ranks(job, LaunchOptions(engine=engine, ranks=(rank,), timeout_s=timeout_s,
                                                     workspace=workspace))
     return record
