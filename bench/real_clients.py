@@ -11,7 +11,8 @@ since the scripts checkpoint beside themselves), then ``prism validate --ranks 0
 calibration slices, emulation of rank 0 with rank 1 virtual). Per case: comm signature match, losses
 bitwise equal to the collected (capture) run and equal to the real (``prism record``) run, whether the
 example's folder is unchanged afterwards, writes outside the working directories, and real vs emulated
-step ms (medians after the warmup) and peak bytes. ``--device cpu`` runs the harness on CPU with
+step ms (medians after the warmup) and peak bytes; for ``--collect-cases`` also ``prism collect`` (K=2,
+``values.ranks: 0``: wall time, context switches, swaps). ``--device cpu`` runs the harness on CPU with
 scripts patched to run there (a smoke run; the examples themselves need two GPUs).
 """
 
@@ -93,7 +94,23 @@ def plain_run(script: Path, args: list[str], work: Path, device: str, world: int
     return row
 
 
-def run_case(name: str, examples: Path, work: Path, device: str) -> dict:
+def collect_row(job_path: Path, run: Path) -> dict:
+    """``prism collect`` of the job on K=2 slots with ``values.ranks: 0`` (issue 17: it stalled)."""
+    import dataclasses
+
+    from prism.coordinator import CollectOptions, collect_job
+    from prism.core.config import ValuesPolicy, load_job
+
+    job = load_job(job_path)
+    job = dataclasses.replace(job, values=ValuesPolicy(ranks="0"))
+    t0 = time.time()
+    result = collect_job(job, run, CollectOptions(slots=2, timeout_s=900, stall_report_s=30))
+    d = result.as_dict()
+    return {"collect_wall_s": round(time.time() - t0, 1), "collect_context_switches": d["num_context_switches"],
+            "collect_collectives": d["num_collectives"], "collect_swaps": d["swaps"]}
+
+
+def run_case(name: str, examples: Path, work: Path, device: str, collect: bool = False) -> dict:
     from prism.cli.validate import validate
 
     rel, args = CASES[name]
@@ -111,6 +128,12 @@ def run_case(name: str, examples: Path, work: Path, device: str) -> dict:
     result = validate(str(case / "job.yaml"), "0", str(case / "run"), slice_size=1, timeout_s=600,
                       torch_fake=False, device=device_opts)
     row["validate_wall_s"] = round(time.time() - t0, 1)
+    if collect:
+        try:
+            row.update(collect_row(case / "job.yaml", case / "collect-run"))
+        except Exception as e:  # noqa: BLE001 - reported beside the validation
+            row["collect_error"] = f"{type(e).__name__}: {e}"[-4000:]
+        shutil.rmtree(case / "collect-run", ignore_errors=True)
     after = folder_state(script.parent)
     prism = result["ranks"][0]["prism"]
     report = json.loads((Path(result["emulation"]) / "report.json").read_text())["ranks"]["0"]
@@ -148,6 +171,8 @@ def main() -> int:
     p.add_argument("--json", default=str(ROOT / "bench" / "results" / "real_clients.json"))
     p.add_argument("--work", default=None, help="where the runs go (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep each case's run directory")
+    p.add_argument("--collect-cases", default="fsdp2",
+                   help="cases that also run prism collect (K=2, values.ranks: 0); '' for none")
     ns = p.parse_args()
     import torch
 
@@ -162,7 +187,7 @@ def main() -> int:
     out["cases"] = [c for c in earlier if c.get("name") not in names]
     for name in names:
         try:
-            row = run_case(name, examples, work, ns.device)
+            row = run_case(name, examples, work, ns.device, collect=name in ns.collect_cases.split(","))
         except Exception as e:  # noqa: BLE001 - a failed case is a result too
             row = {"name": name, "error": f"{type(e).__name__}: {e}"[-4000:]}
         if not ns.keep:
