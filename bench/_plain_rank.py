@@ -5,6 +5,7 @@ peaks (-1). Usage: python bench/_plain_rank.py OUT.json WARMUP SCRIPT [ARGS...]
 with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT)."""
 
 import json
+import os
 import runpy
 import sys
 import time
@@ -35,6 +36,7 @@ def _step_end(_opt, _args, _kwargs) -> None:
 
 register_optimizer_step_post_hook(_step_end)
 sys.argv = [script, *args]
+sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as python does for a script (sibling imports)
 runpy.run_path(script, run_name="__main__")
 if CUDA:
     torch.cuda.synchronize()

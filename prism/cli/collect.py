@@ -15,6 +15,7 @@ from . import add_timeout_argument
 from .report import print_run_table
 
 HELP = "collect the bare graph of the job on K slots"
+PROGRESS_LINE_S = 60.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,14 +43,21 @@ def run(args: argparse.Namespace) -> int:
             data.setdefault("comm_inputs", {})["source"] = args.comm_inputs
         job = job_from_dict(data, base_dir=job.base_dir, source=args.job)
     options = CollectOptions(slots=args.slots, timeout_s=args.timeout, bind=args.bind, token=args.token)
+    console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("ranks"),
-                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=Console(stderr=True)) as bar:
+                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console) as bar:
         total = job.world_size // job.parallelism.dp if job.templates == "dp" and job.parallelism else job.world_size
         task = bar.add_task(f"collect {job.name}", total=total, detail="")
+        printed_s = [0.0]
 
         def update(p: CollectProgress) -> None:
-            bar.update(task, completed=p.ranks_finished,
-                       detail=f"{p.collectives_resolved} collectives, {p.num_swaps} swaps")
+            detail = f"{p.collectives_resolved} collectives, {p.num_swaps} swaps"
+            bar.update(task, completed=p.ranks_finished, detail=detail)
+            # Not a terminal (a batch job, a pipe): the bar shows nothing until the end; a line a minute.
+            if not console.is_terminal and p.elapsed_s - printed_s[0] >= PROGRESS_LINE_S:
+                printed_s[0] = p.elapsed_s
+                console.print(f"collect {job.name}: {p.ranks_finished}/{total} ranks finished, {detail}, "
+                              f"{p.elapsed_s:.0f} s", highlight=False)
 
         result = collect_job(job, args.out, options, on_progress=update)
     if args.json:

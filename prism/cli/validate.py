@@ -21,6 +21,7 @@ from rich.table import Table
 
 from prism.core.config import load_job
 from prism.core.errors import PrismError, RankFailedError
+from prism.core.isolation import outside_writes
 from prism.core.ranks import parse_rank_ranges
 from prism.graph.compare import match_ratio
 from prism.sandbox.recording import record_job, walk_rank
@@ -53,9 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(a peak can depend on when peers arrive); default 1")
 
 
-def _torch_fake(job, rank: int, real, skip: int, timeout_s: float) -> dict:
+def _torch_fake(job, rank: int, real, skip: int, timeout_s: float, run: Path) -> dict:
     try:
-        rec = walk_rank(job, rank, engine="torch-fake", timeout_s=timeout_s)
+        rec = walk_rank(job, rank, engine="torch-fake", timeout_s=timeout_s, run_dir=run)
     except RankFailedError as e:
         lines = e.traceback_text.strip().splitlines()
         return {"status": "crashed", "error": lines[-1] if lines else f"exit code {e.exit_code}"}
@@ -97,10 +98,10 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
         rows[r] = {"prism": {**dataclasses.asdict(fid), "losses_bitwise_collected": bitwise, "oom": row["oom"], "diverged_ops": len(row.get("diverged_ops", [])),
                              "calibrated_ms": cal.report.ranks[r].calibrated_step_ns / 1e6
                              if cal.report.ranks[r].calibrated_steps_ns else None},
-                   "torch_fake": _torch_fake(job, r, real, skip, timeout_s) if torch_fake else None}
+                   "torch_fake": _torch_fake(job, r, real, skip, timeout_s, run) if torch_fake else None}
     return without_nan({"job": job.name, "world_size": job.world_size, "sandbox_ranks": list(ranks),
                         "run_dir": str(run), "skip_steps": skip, "real_repeats": real_repeats,
-                        "emulation": str(emu.out_dir), "ranks": rows,
+                        "emulation": str(emu.out_dir), "ranks": rows, "outside_writes": outside_writes(run),
                         "ranks_without_steps": [r for r in ranks_without_steps(real) if r in ranks]})
 
 
@@ -203,6 +204,8 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
     for note in notes:
         console.print(note, highlight=False)
     console.print(f"run: {result['run_dir']}  emulation: {result['emulation']}")
+    for write in result.get("outside_writes", []):
+        console.print(f"warning: the script wrote outside its working directory: {write}", highlight=False)
     print_no_steps(result.get("ranks_without_steps", []), console)
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from prism.core.atomic import install_directory, make_temp_dir, remove_stale_temporaries
 from prism.core.config import JobConfig
 from prism.core.errors import PrismError, RankFailedError
+from prism.core.isolation import Workspace, isolated_run
 from prism.core.ranks import parse_rank_ranges
 from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
@@ -61,6 +62,9 @@ class CollectOptions:
     """What workers dial (default: the bound address)."""
     switcher: ContextSwitcher | None = None
     """None = by the job's device (CUDA checkpoint on cuda, counted no-ops on cpu)."""
+    stall_report_s: float = 60.0
+    """When nothing moves for this long (no comm op submitted or resolved, no rank finished), a
+    warning says what every rank is doing (swaps in flight, pending ops); again each period."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +101,8 @@ class CollectResult:
                 "num_ranks_run": self.num_ranks_run, "num_by_rule": self.num_by_rule}
 
 
-def _spec(job: JobConfig, rank: int, *, out_dir: Path, timeout_s: float, options: dict[str, str]) -> WorkerSpec:
+def _spec(job: JobConfig, rank: int, *, out_dir: Path, timeout_s: float, options: dict[str, str],
+          workspace: Workspace) -> WorkerSpec:
     shim = ShimConfig(
         rank=rank, world_size=job.world_size,
         # Every slot of a one-device collection is device 0; on CPU the usual node-local index.
@@ -108,8 +113,7 @@ def _spec(job: JobConfig, rank: int, *, out_dir: Path, timeout_s: float, options
     )
     return WorkerSpec(
         shim=shim, engine="coordinator",
-        entrypoint=job.entrypoint if job.is_module else str(job.script_path), args=job.args,
-        cwd=job.base_dir if job.is_module else str(job.script_path.parent), out_dir=str(out_dir),
+        entrypoint=workspace.entrypoint, args=job.args, cwd=workspace.cwd, out_dir=str(out_dir),
         env=dict(job.env), cuda_backend="gloo", engine_options=options,
         memory_cap_bytes=job.memory_cap_bytes, observe_other_groups=job.templates == "dp",
         warmup_steps=job.iterations.warmup, measured_steps=job.iterations.measured,
@@ -132,7 +136,8 @@ def collect_job(job: JobConfig, run_dir: str | Path, options: CollectOptions | N
     # succeeded: a failed, interrupted or killed collection leaves RUN as it was.
     staging = make_temp_dir(run.root, "collect")
     try:
-        result = _collect(job, run, staging, options, on_progress)
+        with isolated_run(job, run.root, "collect", refresh=True) as workspace:
+            result = _collect(job, run, staging, options, on_progress, workspace)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     log.info("collected %d of %d ranks of %s on %d slots in %.1f s", result.num_ranks_run, job.world_size, job.name,
@@ -141,7 +146,7 @@ def collect_job(job: JobConfig, run_dir: str | Path, options: CollectOptions | N
 
 
 def _collect(job: JobConfig, run: RunDir, staging: Path, options: CollectOptions,
-             on_progress: Callable[[CollectProgress], None] | None) -> CollectResult:
+             on_progress: Callable[[CollectProgress], None] | None, workspace: Workspace) -> CollectResult:
     num_slots = options.slots or job.slots
     switcher = options.switcher or make_switcher(job.device)
     store = PayloadStore(staging / "payloads")
@@ -167,13 +172,14 @@ def _collect(job: JobConfig, run: RunDir, staging: Path, options: CollectOptions
     env = package_env()
     started = time.monotonic()
     deadline = started + options.timeout_s
+    mark, moved_at, reported_at = state.progress_mark(), started, started
     try:
         with Supervisor(error_dir=work, log_dir=run.logs) as sup:
             while not state.all_finished():
                 for rank, _slot in state.take_spawns():
                     path = work / f"spec-{rank:05d}.json"
                     path.write_text(_spec(job, rank, out_dir=work, timeout_s=options.timeout_s,
-                                          options=engine_options).to_json())
+                                          options=engine_options, workspace=workspace).to_json())
                     sup.start(rank, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)], env)
                 _poll(sup, state)
                 if state.error is not None:
@@ -184,6 +190,12 @@ def _collect(job: JobConfig, run: RunDir, staging: Path, options: CollectOptions
                 if on_progress:
                     on_progress(CollectProgress(state.num_finished(), len(state.ranks), state.stats.num_collectives,
                                                 switcher.stats.num_swaps_out, time.monotonic() - started))
+                now = time.monotonic()
+                if (m := state.progress_mark()) != mark:
+                    mark, moved_at = m, now
+                elif now - max(moved_at, reported_at) >= options.stall_report_s:
+                    reported_at = now
+                    log.warning("%s", state.stall_report(now - moved_at))
                 if time.monotonic() > deadline:
                     raise PrismError(f"collect timed out after {options.timeout_s:.0f} s\n"
                                      + state.pending_report())

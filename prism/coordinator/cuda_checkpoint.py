@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 CUDA_SUCCESS = 0
 CUDA_ERROR_NOT_INITIALIZED = 3
 CUDA_ERROR_NOT_FOUND = 500
+CUDA_ERROR_TIMEOUT = 909
 
 
 class ProcessState(enum.IntEnum):
@@ -37,10 +38,13 @@ class ProcessState(enum.IntEnum):
     FAILED = 3
 
 
+LOCK_TIMEOUT_MS = 120_000
+
+
 class CheckpointError(RuntimeError):
-    def __init__(self, call: str, pid: int, code: int) -> None:
+    def __init__(self, call: str, pid: int, code: int, *, hint: str = "") -> None:
         self.code = code
-        super().__init__(f"{call}(pid {pid}) failed with CUresult {code}")
+        super().__init__(f"{call}(pid {pid}) failed with CUresult {code}" + (f" ({hint})" if hint else ""))
 
 
 class _LockArgs(ctypes.Structure):
@@ -170,7 +174,15 @@ class CudaSwitcher(ContextSwitcher):
     def _out(self, pid: int) -> bool:
         if self._api.get_state(pid) is not ProcessState.RUNNING:
             return False  # no CUDA context yet (or already out)
-        self._api.lock(pid)
+        try:
+            # Locking waits for the process's GPU work to drain; bounded, so a process that cannot
+            # be locked stops the collection with its reason instead of stalling it.
+            self._api.lock(pid, timeout_ms=LOCK_TIMEOUT_MS)
+        except CheckpointError as e:
+            if e.code != CUDA_ERROR_TIMEOUT:
+                raise
+            raise CheckpointError("cuCheckpointProcessLock", pid, e.code,
+                                  hint=f"its GPU work did not drain within {LOCK_TIMEOUT_MS // 1000} s") from e
         self._api.checkpoint(pid)
         return True
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -101,6 +102,8 @@ class CollectStats:
     """Comm ops whose outputs were ready at fetch time, so the rank kept its slot."""
     num_by_rule: int = 0
     """Comm ops (per rank) whose outputs a rule or the filler decided."""
+    num_waited_in_place: int = 0
+    """Comm ops a rank waited for holding its slot, because no other rank wanted one (no swap)."""
 
 
 class RunState:
@@ -136,6 +139,7 @@ class RunState:
         self._recvs: dict[tuple[int, int, str, int], tuple[int, int]] = {}
         self._recvs_by_rule: set[tuple[int, int, str, int]] = set()
         self._to_spawn: list[tuple[int, int]] = []
+        self._swapping: dict[int, tuple[str, float]] = {}
         self._grant_counter = 0
         self.error: PrismError | None = None
         self.max_active = 0
@@ -206,6 +210,18 @@ class RunState:
             op = info.ops.get(op_index)
             if op is None:
                 raise FetchError(f"rank {rank}: fetch of op #{op_index} that was never submitted")
+            if not op.done and not self._slot_wanted():
+                # No rank waits for a slot: wait holding it. Releasing it would swap the whole device
+                # context out and back in (a CUDA checkpoint of the process) for every comm op whose
+                # peer is late — with K >= W, for nothing.
+                info.status = RankStatus.BLOCKED
+                info.waiting_op = op_index
+                self.stats.num_waited_in_place += 1
+                while not op.done and self.error is None and not self._slot_wanted():
+                    self._cond.wait()
+                if op.done or self.error is not None:
+                    info.status = RankStatus.ACTIVE
+                    return self._take(info, op_index)
             keep = op.done and not self._someone_starving()
             if keep:
                 self.stats.num_kept_slot += 1
@@ -233,12 +249,17 @@ class RunState:
             return self._take(info, op_index)
 
     def _switch(self, call, rank: int, pid: int, direction: str) -> None:
+        with self._cond:
+            self._swapping[rank] = (direction, time.monotonic())
         try:
             call(pid)
         except Exception as e:
             with self._cond:
                 self._fail(PrismError(f"swapping rank {rank} (pid {pid}) {direction} failed: {e}"))
             raise FetchError(str(self.error)) from e
+        finally:
+            with self._cond:
+                self._swapping.pop(rank, None)
 
     def finish(self, rank: int) -> None:
         with self._cond:
@@ -278,6 +299,26 @@ class RunState:
         with self._cond:
             return self._report("pending comm ops")
 
+    def progress_mark(self) -> tuple[int, ...]:
+        """Changes whenever the run moves: a comm op submitted or resolved, a rank finished, a swap."""
+        with self._cond:
+            return (self.stats.num_collectives, self.stats.num_p2p, self.stats.num_grants,
+                    self.stats.num_waited_in_place, self.stats.num_kept_slot,
+                    sum(1 for r in self._ranks.values() if r.status is RankStatus.FINISHED),
+                    sum(len(r.ops) for r in self._ranks.values()))
+
+    def stall_report(self, stalled_s: float) -> str:
+        """Why nothing moved for ``stalled_s``: swaps in flight and every rank's pending op."""
+        now = time.monotonic()
+        with self._cond:
+            swaps = [f"  rank {r}: swap {d} running for {now - t0:.0f} s (a CUDA checkpoint of the process)"
+                     for r, (d, t0) in sorted(self._swapping.items())]
+            running = [f"  rank {r.rank}: running its script (no comm op pending; last: "
+                       f"{describe_op(r.last_op) if r.last_op else 'none yet'})"
+                       for r in self._ranks.values() if r.status is RankStatus.ACTIVE and r.waiting_op < 0]
+            return "\n".join([f"collect: nothing moved for {stalled_s:.0f} s", *swaps, *running,
+                              self._report("pending comm ops")])
+
     # -- internals (lock held) ----------------------------------------------------------------------
     def _check_rank(self, rank: int) -> None:
         if rank not in self._ranks:
@@ -291,6 +332,11 @@ class RunState:
             raise FetchError(str(self.error))
         info.waiting_op = -1
         return info.slot, op.outputs or []
+
+    def _slot_wanted(self) -> bool:
+        """Whether a rank waits for a slot that none is free for."""
+        return not self._free_slots and any(r.status in (RankStatus.READY, RankStatus.NOT_STARTED)
+                                            for r in self._ranks.values())
 
     def _someone_starving(self) -> bool:
         return any(r.status is RankStatus.READY and self._grant_counter - r.candidate_since > self.starvation_grants
@@ -394,6 +440,9 @@ class RunState:
             if outputs and self.policy.keep_outputs(rank, size):
                 self.payloads.note(op_key(rank, h.group_id, h.seq, kind), "outputs", self.payloads.put(outputs))
         if info.status is RankStatus.BLOCKED and info.waiting_op == op_index:
+            if info.slot >= 0:  # it waits holding its slot (fetch)
+                self._cond.notify_all()
+                return
             info.status = RankStatus.READY
             info.candidate_since = self._grant_counter
             self._schedule()

@@ -20,7 +20,7 @@ import yaml
 from .boundary import check_in_script, parse_boundary
 from .errors import ConfigError
 
-__all__ = ["JobConfig", "Iterations", "Parallelism", "ValuesPolicy", "CommInputs", "CommRule", "load_job",
+__all__ = ["JobConfig", "Isolation", "ISOLATION_MODES", "Iterations", "Parallelism", "ValuesPolicy", "CommInputs", "CommRule", "load_job",
            "job_from_dict", "job_to_dict", "MESH_DIMS", "COMM_OP_NAMES", "RULE_FILLS", "FILLERS", "CONTROL_FLOW_DTYPES",
            "normalize_dtype"]
 
@@ -136,6 +136,30 @@ class CommInputs:
     rank's inputs: all-reduce sum n*x, avg x, all-gather n copies, ...), ``zeros`` or ``ones``."""
 
 
+ISOLATION_MODES = ("copy", "off")
+"""Values of ``isolation.mode``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Isolation:
+    """Where the script runs (docs/isolation.md): every run of it (record, collect, the capture run,
+    each calibration slice, each emulation) in a copy of its folder of its own, so that what one run
+    writes (checkpoints, snapshots, logs) is never read by the next."""
+
+    mode: str = "copy"
+    """``copy``: each run in a fresh copy of the snapshot of the script's folder, what it wrote kept under
+    ``RUN/outputs/<phase>/``; ``off``: every run in the script's folder itself."""
+    share: tuple[str, ...] = ()
+    """Glob patterns (relative to the script's folder) of entries linked into each copy instead of copied:
+    read-only data sets, environments. ``.git``, ``.venv``, ``venv``, ``node_modules`` always are."""
+    extra: tuple[str, ...] = ()
+    """Paths outside the script's folder that the script writes (relative paths resolve against the job
+    file): each run finds them as they were when the snapshot was taken, what it wrote there is moved
+    to ``RUN/outputs/<phase>/extra/``, and they are put back as they were after the run."""
+    max_copy_bytes: int = 64 << 20
+    """Files larger than this are linked, not copied (they are read, not written, by most scripts)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobConfig:
     name: str
@@ -164,6 +188,8 @@ class JobConfig:
     templates: str = "none"
     """``dp``: ranks that differ only in their DP coordinate share one template; ``prism collect`` runs one
     DP replica (needs ``parallelism`` with dp > 1). ``none``: every rank runs."""
+    isolation: Isolation = field(default_factory=Isolation)
+    """Where each run of the script runs (its working directory)."""
     memory_cap_bytes: int = 0
     """Per-rank memory cap (0: none) applied by ``prism record`` and ``prism emulate``: a rank whose
     memory would exceed it fails with ``torch.OutOfMemoryError`` (CPU: the tracked storage bytes;
@@ -321,6 +347,9 @@ def _check(job: JobConfig) -> None:
             raise ConfigError("values.ranks", str(e)) from e
     _check_comm_inputs(job)
     _check_templates(job)
+    if job.isolation.mode not in ISOLATION_MODES:
+        raise ConfigError("isolation.mode", f"must be one of {', '.join(ISOLATION_MODES)}, got {job.isolation.mode!r}")
+    _positive("isolation.max_copy_bytes", job.isolation.max_copy_bytes, allow_zero=True)
     if not job.is_module and not job.script_path.is_file():
         raise ConfigError("entrypoint", f"script not found: {job.script_path}")
     assert math.isfinite(job.world_size)
@@ -435,9 +464,13 @@ def job_to_dict(job: JobConfig) -> dict[str, Any]:
         out.pop("parallelism")
     else:
         out["parallelism"]["mesh"] = list(job.parallelism.mesh)
-    for key, default in (("values", ValuesPolicy()), ("comm_inputs", CommInputs())):
+    for key, default in (("values", ValuesPolicy()), ("comm_inputs", CommInputs()), ("isolation", Isolation())):
         if getattr(job, key) == default:
             out.pop(key)
+    if "isolation" in out:
+        out["isolation"]["share"] = list(job.isolation.share)
+        # Absolute: the frozen copy in RUN/job.yaml lives elsewhere.
+        out["isolation"]["extra"] = [str((Path(job.base_dir) / p).resolve()) for p in job.isolation.extra]
     if "comm_inputs" in out:
         # Paths become absolute: the frozen copy in RUN/job.yaml lives elsewhere.
         rules = []

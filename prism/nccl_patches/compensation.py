@@ -44,6 +44,7 @@ __all__ = [
     "record_for_sandbox",
     "algo_for",
     "bits_equal",
+    "matches_record",
     "deviation",
     "add_deviation",
     "merge_deviations",
@@ -81,9 +82,20 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Elementwise bitwise equality (NaN equals the same NaN; -0.0 differs from 0.0). Recorded
     values ``b`` live on the host, a sandbox rank's ``a`` may be on its device: compare on the host,
     since a device copy of the record (or the result) would count in the rank's allocator peak."""
+    if a.numel() != b.numel() or a.dtype != b.dtype:
+        raise PrismError(f"the value is {_describe(a)} but the recorded one is {_describe(b)}")
     a = a.to(b.device)
     view = _BIT_VIEW.get(a.dtype)
     return a.view(view) == b.view(view) if view is not None else a == b
+
+
+def _describe(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')}[{t.numel()}]"
+
+
+def matches_record(value: torch.Tensor, recorded: torch.Tensor) -> bool:
+    """Whether a recorded value can stand for ``value`` at all: as many elements, of the same dtype."""
+    return value.numel() == recorded.numel() and value.dtype == recorded.dtype
 
 
 def deviation(actual: torch.Tensor, recorded: torch.Tensor, op: str) -> torch.Tensor | None:

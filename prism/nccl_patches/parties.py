@@ -28,6 +28,7 @@ from .compensation import (
     RecordedValues,
     add_deviation,
     bits_equal,
+    matches_record,
     deviation,
     finish_deviation,
     merge_deviations,
@@ -89,8 +90,8 @@ class SandboxParty(Party):
         flat = data.reshape(-1)
         self.own = flat * premul if reduce_op == "premul_sum" else flat
         self.recorded = recorded
-        self.diverged = recorded is not None and rank in recorded.inputs and not bool(
-            bits_equal(flat, recorded.inputs[rank]).all()
+        self.diverged = recorded is not None and rank in recorded.inputs and (
+            not matches_record(flat, recorded.inputs[rank]) or not bool(bits_equal(flat, recorded.inputs[rank]).all())
         )
         self._acc: dict[int, torch.Tensor] = {}
         self._full: dict[int, torch.Tensor] = {}

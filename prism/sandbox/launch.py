@@ -27,6 +27,7 @@ from prism.core.config import JobConfig
 from prism.core.supervise import Supervisor, package_env
 from prism.core.errors import RankFailedError
 from prism.core.hangwatch import HangWatcher, rank_timeout_s
+from prism.core.isolation import Workspace
 from prism.core.workerspec import (WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, record_path,
                                    with_ooms)
 from prism.graph.records import Graph, RankRecord, merge_groups
@@ -49,11 +50,14 @@ class LaunchOptions:
     cuda_backend: str = "nccl"
     log_dir: str | None = None
     engine_options: dict[str, str] = field(default_factory=dict)
+    workspace: Workspace | None = None
+    """Where the script runs (``prism.core.isolation``); None: in its own folder."""
 
 
 def worker_spec(job: JobConfig, rank: int, *, engine: str, out_dir: str, store_addr: str = "", alone: bool,
                 timeout_s: float = 600.0, cuda_backend: str = "nccl", engine_options: dict[str, str] | None = None,
-                local_rank: int | None = None, clock_origin_ns: int = 0) -> WorkerSpec:
+                local_rank: int | None = None, clock_origin_ns: int = 0,
+                workspace: Workspace | None = None) -> WorkerSpec:
     """The spec of one worker of ``job`` (shared by every launcher)."""
     if local_rank is None:
         local_rank = physical_slot(job.device, rank, job.ranks_per_node)
@@ -73,9 +77,9 @@ def worker_spec(job: JobConfig, rank: int, *, engine: str, out_dir: str, store_a
     return WorkerSpec(
         shim=shim,
         engine=engine,
-        entrypoint=job.entrypoint if job.is_module else str(job.script_path),
+        entrypoint=workspace.entrypoint if workspace else job.entrypoint if job.is_module else str(job.script_path),
         args=job.args,
-        cwd=job.base_dir if job.is_module else str(job.script_path.parent),
+        cwd=workspace.cwd if workspace else job.base_dir if job.is_module else str(job.script_path.parent),
         out_dir=out_dir,
         env=dict(job.env),
         cuda_backend=cuda_backend,
@@ -123,7 +127,7 @@ def launch_ranks(
             rank = pending.pop(0)
             spec = worker_spec(job, rank, engine=options.engine, out_dir=str(work), store_addr=store_addr, alone=alone,
                                timeout_s=rank_timeout, cuda_backend=options.cuda_backend,
-                               engine_options=engine_options, clock_origin_ns=origin)
+                               engine_options=engine_options, clock_origin_ns=origin, workspace=options.workspace)
             path = work / f"spec-{rank:05d}.json"
             path.write_text(spec.to_json())
             sup.start(rank, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)], env)

@@ -13,8 +13,10 @@ a single tracked run reports.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import tempfile
 import logging
 import shutil
 from collections.abc import Callable
@@ -23,6 +25,7 @@ from pathlib import Path
 from prism.core.atomic import atomic_write_text
 from prism.core.config import JobConfig
 from prism.core.errors import HangError, MismatchError, RankFailedError, RankOOMError
+from prism.core.isolation import isolated_run
 from prism.core.rundir import RunDir
 from prism.graph.io import write_graph
 from prism.graph.memory_pass import memory_pass_job, needs_memory_pass, timed_pass_job, with_tracked_peaks
@@ -69,7 +72,7 @@ def record_job(
     options = LaunchOptions(engine="passthrough", timeout_s=timeout_s, cuda_backend=cuda_backend, log_dir=str(run.logs),
                             engine_options={"payload_dir": str(payload_root / "rank-{rank}")} if payloads else {})
     if not memory_pass:
-        records = _launch(job, options, failure, on_progress)
+        records = _launch(job, options, failure, on_progress, run.root, "record")
     else:
         total = 2 * job.world_size
 
@@ -78,9 +81,10 @@ def record_job(
 
         tracked = _launch(memory_pass_job(job),
                           dataclasses.replace(options, log_dir=str(run.logs / "memory-pass"), engine_options={}),
-                          failure, progress(0))
+                          failure, progress(0), run.root, "record-memory-pass")
         records = [with_tracked_peaks(rec, mem) for rec, mem in
-                   zip(_launch(timed_pass_job(job), options, failure, progress(job.world_size)), tracked)]
+                   zip(_launch(timed_pass_job(job), options, failure, progress(job.world_size), run.root, "record"),
+                       tracked)]
     graph = assemble_graph(job, records, kind="real")
     if memory_pass:
         graph.meta["memory"] = "separate tracked pass"
@@ -89,10 +93,12 @@ def record_job(
     return graph
 
 
-def _launch(job: JobConfig, options: LaunchOptions, failure: Path,
-            on_progress: Callable[[int, int], None] | None) -> list[RankRecord]:
+def _launch(job: JobConfig, options: LaunchOptions, failure: Path, on_progress: Callable[[int, int], None] | None,
+            run_root: Path, phase: str) -> list[RankRecord]:
+    """One run of the script in a working directory of its own (``prism.core.isolation``)."""
     try:
-        return launch_ranks(job, options, on_progress=on_progress)
+        with isolated_run(job, run_root, phase, refresh=True) as workspace:
+            return launch_ranks(job, dataclasses.replace(options, workspace=workspace), on_progress=on_progress)
     except RankFailedError as e:
         atomic_write_text(failure, json.dumps(failure_summary(e), indent=1))
         raise
@@ -118,9 +124,16 @@ def failure_summary(error: RankFailedError) -> dict:
     }
 
 
-def walk_rank(job: JobConfig, rank: int, *, engine: str = "fake", timeout_s: float = 600.0) -> RankRecord:
-    """Run logical rank ``rank`` alone (no peers) under ``engine``; return what it did."""
+def walk_rank(job: JobConfig, rank: int, *, engine: str = "fake", timeout_s: float = 600.0,
+              run_dir: str | Path | None = None) -> RankRecord:
+    """Run logical rank ``rank`` alone (no peers) under ``engine``; return what it did. It runs in a
+    working directory of its own: its outputs go to RUN/outputs/walk-<engine>-r<rank> with
+    ``run_dir``, else nowhere (a temporary run directory)."""
     if not 0 <= rank < job.world_size:
         raise ValueError(f"rank {rank} is outside 0-{job.world_size - 1}")
-    (record,) = launch_ranks(job, LaunchOptions(engine=engine, ranks=(rank,), timeout_s=timeout_s))
+    with contextlib.ExitStack() as stack:
+        root = run_dir if run_dir is not None else stack.enter_context(tempfile.TemporaryDirectory(prefix="prism-walk-"))
+        workspace = stack.enter_context(isolated_run(job, root, f"walk-{engine}-r{rank}"))
+        (record,) = launch_ranks(job, LaunchOptions(engine=engine, ranks=(rank,), timeout_s=timeout_s,
+                                                    workspace=workspace))
     return record

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prism.core.errors import PrismError
+from prism.core.isolation import isolated_run
 from prism.core.rundir import RunDir
 from prism.graph.io import read_graph, verify_graph
 from prism.graph.records import NodeKind, RankRecord
@@ -121,9 +122,12 @@ def replay_rank(run_dir: str | Path, rank: int, *, values: bool = False, timing:
                               "(`pip install debugpy`), or run the rank under gdb/pdb as docs/replay.md says")
         engine_options["debugpy"] = f"127.0.0.1:{debug_port}"
         timeout_s = max(timeout_s, 24 * 3600.0)  # a person is stepping through it
-    (record,) = launch_ranks(job, LaunchOptions(engine="recorded", ranks=(rank,), timeout_s=timeout_s,
-                                                log_dir=str(run.root / "replays" / f"rank-{rank}" / "logs"),
-                                                engine_options=engine_options))
+    # The script runs in a copy of its folder, as in every other phase (prism.core.isolation): what
+    # the recorded run wrote (checkpoints) does not send the replay down another path.
+    with isolated_run(job, run.root, f"replay/rank-{rank}") as workspace:
+        (record,) = launch_ranks(job, LaunchOptions(engine="recorded", ranks=(rank,), timeout_s=timeout_s,
+                                                    log_dir=str(run.root / "replays" / f"rank-{rank}" / "logs"),
+                                                    engine_options=engine_options, workspace=workspace))
     recorded_graph = read_graph(graph_dir)
     recorded = recorded_graph.summaries.get(rank)
     compute = _compute_per_step(recorded_graph.nodes.get(rank, ()))

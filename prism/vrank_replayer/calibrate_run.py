@@ -157,7 +157,7 @@ def calibrate_run(
         for k in range(max(1, repeats)):
             out = run.root / "calibration" / (f"slice-{i:03d}" if k == 0 else f"slice-{i:03d}-{k}")
             emulate(run.root, EmulateOptions(ranks=ranks, graph_kind=kind, out_dir=str(out), timeout_s=timeout_s,
-                                             memory="untracked",
+                                             memory="untracked", phase=f"calibrate/{out.name}",
                                              **dict(device or {})))
             for r in ranks:
                 record = _load_record(out, r)

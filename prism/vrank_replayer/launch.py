@@ -35,6 +35,7 @@ import torch.distributed as dist
 from prism.core.config import JobConfig
 from prism.core.errors import PrismError, RankFailedError, RunDirError
 from prism.core.hangwatch import HangWatcher, rank_timeout_s
+from prism.core.isolation import Workspace, isolated_run
 from prism.core.layout import DeviceLayout, device_layout
 from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
@@ -103,6 +104,8 @@ class EmulateOptions:
     (prism.graph.memory_pass); ``inline``: one emulation, tracked and timed (the tracker's ~5 µs
     per aten op in every step); ``untracked``: one emulation without the tracker (RSS peaks: for
     runs that only time, such as calibration slices)."""
+    phase: str = ""
+    """Names the run's outputs, RUN/outputs/<phase>/ (prism.core.isolation); "" = emulate/<the out dir's name>."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,16 +167,15 @@ def with_steps(job: JobConfig, steps: int | None) -> JobConfig:
 
 
 def _worker_spec(job: JobConfig, rank: int, *, present: tuple[int, ...], store_addr: str, out_dir: Path,
-                 timeout_s: float, engine_options: dict[str, str], origin_ns: int, profile_dir: str = "",
-                 gpu: int | None = None) -> WorkerSpec:
+                 timeout_s: float, engine_options: dict[str, str], origin_ns: int, workspace: Workspace,
+                 profile_dir: str = "", gpu: int | None = None) -> WorkerSpec:
     slot = gpu if gpu is not None else physical_slot(job.device, rank, job.ranks_per_node)
     shim = ShimConfig(rank=rank, world_size=job.world_size, local_rank=slot,
                       ranks_per_node=job.ranks_per_node, device=job.device, store_addr=store_addr,
                       present_ranks=len(present), is_store_leader=rank == present[0], timeout_s=timeout_s,
                       clock_origin_ns=origin_ns, boundary=job.iterations.boundary)
     return WorkerSpec(shim=shim, engine="live",
-                      entrypoint=job.entrypoint if job.is_module else str(job.script_path),
-                      args=job.args, cwd=job.base_dir if job.is_module else str(job.script_path.parent),
+                      entrypoint=workspace.entrypoint, args=job.args, cwd=workspace.cwd,
                       out_dir=str(out_dir), env=dict(job.env), engine_options=engine_options,
                       memory_cap_bytes=job.memory_cap_bytes, profile_dir=profile_dir,
                       warmup_steps=job.iterations.warmup, measured_steps=job.iterations.measured)
@@ -257,7 +259,8 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     # The timed pass first: a failing script fails there, with its logs where they always were.
     result = once(timed_pass_job(job), options, out)
     memory_out = out / MEMORY_PASS_DIR
-    once(memory_pass_job(job), dataclasses.replace(options, capture_dir="", profile=False), memory_out)
+    once(memory_pass_job(job), dataclasses.replace(options, capture_dir="", profile=False,
+                                                 phase=options.phase and options.phase + "-memory-pass"), memory_out)
     for r in ranks:
         with record_path(memory_out, r).open("rb") as f:
             tracked = pickle.load(f)  # noqa: S301 - our own worker's output
@@ -272,19 +275,40 @@ def _emulate_once(run: RunDir, job: JobConfig, options: EmulateOptions, out: Pat
     out.mkdir(parents=True, exist_ok=True)
     # Ranks and replayers wait longer than the hang watcher's stall limit (it explains a stall).
     store, addr = _start_store(rank_timeout_s(options.timeout_s))
-    launched = time.time()
-    origin = time.perf_counter_ns()
     opts = {"sandbox": ",".join(map(str, ranks)), "transport_store": addr, "opwatch": "1",
             "num_replayers": str(options.num_replayers), "recorded_dir": str(recorded),
             "capture_dir": options.capture_dir, "device_path": layout.path,
             "graph_dir": str(run.graph_dir(kind))}
+    with isolated_run(job, run.root, options.phase or _phase(run, out)) as workspace:
+        launched = time.time()
+        origin = time.perf_counter_ns()
+        _run_emulation(job, run, kind, ranks, options, layout, out, opts, store, addr, origin, recorded, workspace)
+    wall = time.time() - launched
+    del store
+    result = _collect_results(out, job.world_size, ranks, options.num_replayers, launched, wall, kind)
+    result.extra["layout"] = layout.describe()
+    result.extra["outside_writes"] = list(workspace.outside)
+    return result
+
+
+def _phase(run: RunDir, out: Path) -> str:
+    try:
+        return "emulate/" + str(out.resolve().relative_to(run.root / "emulations")).replace("/", "-")
+    except ValueError:
+        return f"emulate/{out.name}"
+
+
+def _run_emulation(job: JobConfig, run: RunDir, kind: str, ranks: tuple[int, ...], options: EmulateOptions,
+                   layout: DeviceLayout, out: Path, opts: dict[str, str], store: dist.TCPStore, addr: str,
+                   origin: int, recorded: Path, workspace: Workspace) -> None:
     starts = []
     connect = _groups_used(run.graph_dir(kind), ranks)
     for r in ranks:
         path = out / f"spec-{r:05d}.json"
         path.write_text(_worker_spec(job, r, present=ranks, store_addr=addr, out_dir=out,
-                                     timeout_s=rank_timeout_s(options.timeout_s),
-                                     engine_options={**opts, "connect_groups": json.dumps(connect[r])}, origin_ns=origin, gpu=layout.rank_gpu.get(r),
+                                     timeout_s=rank_timeout_s(options.timeout_s), workspace=workspace,
+                                     engine_options={**opts, "connect_groups": json.dumps(connect[r])}, origin_ns=origin,
+                                     gpu=layout.rank_gpu.get(r),
                                      profile_dir=str(out / PROFILE_DIR) if options.profile else "").to_json())
         starts.append((r, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)]))
     for i in range(options.num_replayers):
@@ -299,11 +323,6 @@ def _emulate_once(run: RunDir, job: JobConfig, options: EmulateOptions, out: Pat
         starts.append((job.world_size + i, [sys.executable, "-m", REPLAYER_MODULE, "--spec", str(path)]))
     _supervise(out, job.world_size, starts, options.timeout_s, store,
                recorded=lambda: recorded_ops(read_graph(run.graph_dir(kind)), ranks))
-    wall = time.time() - launched
-    del store
-    result = _collect_results(out, job.world_size, ranks, options.num_replayers, launched, wall, kind)
-    result.extra["layout"] = layout.describe()
-    return result
 
 
 def _groups_used(graph_dir: Path, ranks: tuple[int, ...]) -> dict[int, list[str]]:
@@ -395,14 +414,15 @@ def capture_job(job: JobConfig, run_dir: str | Path, *, derive_for: tuple[int, .
     origin = time.perf_counter_ns()
     everyone = tuple(range(job.world_size))
     opts = {"sandbox": "all", "transport_store": addr, "capture_dir": str(capture), "opwatch": "1"}
-    starts = []
-    for r in everyone:
-        path = out / f"spec-{r:05d}.json"
-        path.write_text(_worker_spec(job, r, present=everyone, store_addr=addr, out_dir=out,
-                                     timeout_s=rank_timeout_s(timeout_s),
-                                     engine_options=opts, origin_ns=origin).to_json())
-        starts.append((r, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)]))
-    _supervise(out, job.world_size, starts, timeout_s, store)
+    with isolated_run(job, run.root, "capture") as workspace:
+        starts = []
+        for r in everyone:
+            path = out / f"spec-{r:05d}.json"
+            path.write_text(_worker_spec(job, r, present=everyone, store_addr=addr, out_dir=out,
+                                         timeout_s=rank_timeout_s(timeout_s), workspace=workspace,
+                                         engine_options=opts, origin_ns=origin).to_json())
+            starts.append((r, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)]))
+        _supervise(out, job.world_size, starts, timeout_s, store)
     del store
     if derive_for:
         derive_from_capture(run.root, capture, derive_for, tree_all_reduce=policy_from_env(job.env).tree_all_reduce)

@@ -47,10 +47,10 @@ import torch
 import torch.distributed as dist
 
 from prism.core.atomic import atomic_write_text
-from prism.core.errors import PrismError
+from prism.core.errors import MismatchError, PrismError
 from prism.graph.records import CommOp
 from prism.nccl_patches import run_sandbox_side
-from prism.nccl_patches.compensation import bits_equal
+from prism.nccl_patches.compensation import bits_equal, matches_record
 from prism.nccl_patches.parties import SandboxParty
 from prism.nccl_patches.recorded_store import RecordedStore, collective_key, p2p_key, write_capture
 from prism.nccl_patches.vplan import (
@@ -354,7 +354,8 @@ class LiveEngine(CommEngine):
                     for i, buf in enumerate(posted.bufs):
                         rec = self._recorded.get(self._key(req, i))
                         mine = rec.inputs.get(posted.group_rank) if rec is not None else None
-                        diverged |= mine is not None and not bool(bits_equal(buf.reshape(-1), mine).all())
+                        diverged |= mine is not None and (not matches_record(buf.reshape(-1), mine)
+                                                          or not bool(bits_equal(buf.reshape(-1), mine).all()))
                 self._done(req, diverged, snapshot, posted.num_bytes)
         except BaseException as e:  # noqa: BLE001 - delivered to the waiter
             log.debug("rank %d: %s %s:%d failed", self.rank, req.op.value, req.group.group_id, req.seq, exc_info=True)
@@ -409,6 +410,9 @@ class LiveEngine(CommEngine):
                 rec = None  # a receiver has no recorded input: nothing to compare
             else:
                 rec = self._recorded.get(self._key(req, i)) if self._recorded else None
+            if rec is not None and me in rec.inputs and not matches_record(part.data.reshape(-1), rec.inputs[me]):
+                rec = self._unusable_record(what, g, part.data, rec.inputs[me])
+                diverged = True
             tag_base = p2p_tag_base(req.seq, i, n, part.root) if is_p2p else collective_tag_base(req.seq, i, n)
             # The record names the algorithm the collector chose (NCCL_ALGO=Tree: a tree all-reduce).
             algo = rec.algo if rec is not None and req.op is CommOp.ALL_REDUCE else part.algo
@@ -419,6 +423,19 @@ class LiveEngine(CommEngine):
             num_bytes += sum(t.num_bytes for t in res.traffic.values())
         _write_outputs(req, outs, me, root)
         self._done(req, diverged, snapshot, num_bytes)
+
+    def _unusable_record(self, what: str, group: GroupHandle, data: torch.Tensor, recorded: torch.Tensor) -> None:
+        """A recorded input of another size or dtype than the script's: the run that recorded the data
+        took another path (a checkpoint it resumed from, other arguments or data). With every member
+        of the group real the op runs without the record, as a divergence; virtual members would
+        replay values of the wrong size, so the emulation stops, naming the op."""
+        problem = (f"{what}: the script's input is {_describe(data)} but the recorded data has {_describe(recorded)} "
+                   "for it (the run that recorded it took another path: a checkpoint it resumed from, other "
+                   "arguments or data)")
+        if any(r not in self.sandbox for r in group.ranks):
+            raise MismatchError(f"{problem}; its virtual peers cannot replay this op")
+        log.warning("%s; every member of the group runs for real: the op runs without the record (diverged)", problem)
+        return None
 
     def _done(self, req: CommRequest, diverged: bool, snapshot, num_bytes: int) -> None:
         with self._lock:
@@ -491,6 +508,10 @@ class LiveEngine(CommEngine):
 
 def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
     dst.copy_(src.reshape(dst.shape))
+
+
+def _describe(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')}[{t.numel()}]"
 
 
 def _write_outputs(req: CommRequest, outs: list[torch.Tensor | None], me: int, root: int) -> None:
