@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from prism.core.errors import PrismError, RankFailedError, RankOOMError
 
-from . import EXIT_OOM, calibrate, collect, demo, emulate, export, record, simulate, validate, walk
+from . import EXIT_OOM, calibrate, collect, demo, emulate, export, launcher, record, simulate, slurm_task, validate, walk
 
 __all__ = ["main"]
 
@@ -45,7 +45,7 @@ def _stop_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 COMMANDS = {"record": record, "collect": collect, "simulate": simulate, "walk": walk, "export": export, "demo": demo,
-            "emulate": emulate, "calibrate": calibrate, "validate": validate}
+            "emulate": emulate, "calibrate": calibrate, "validate": validate, "slurm-task": slurm_task}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,11 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module in COMMANDS.items():
         p = sub.add_parser(name, help=module.HELP, description=module.__doc__)
         module.add_arguments(p)
+        if name in launcher.COMMANDS:
+            launcher.add_arguments(p)
         p.set_defaults(handler=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(show_path=False)])
@@ -68,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True, soft_wrap=True)
     try:
         with _stop_on_signals():
+            if getattr(args, "launcher", "local") == "slurm":
+                return launcher.run(args, argv)
             return int(args.handler(args) or 0)
     except RankOOMError as e:
         for o in e.ooms:
