@@ -16,7 +16,8 @@ from rich.markup import escape
 
 from prism.core.errors import PrismError, RankFailedError, RankOOMError
 
-from . import EXIT_OOM, calibrate, collect, demo, emulate, export, launcher, record, simulate, slurm_task, validate, walk
+from . import (EXIT_OOM, calibrate, collect, demo, emulate, export, launcher, node, record, simulate, slurm_task,
+               validate, walk)
 
 __all__ = ["main"]
 
@@ -45,7 +46,8 @@ def _stop_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 COMMANDS = {"record": record, "collect": collect, "simulate": simulate, "walk": walk, "export": export, "demo": demo,
-            "emulate": emulate, "calibrate": calibrate, "validate": validate, "slurm-task": slurm_task}
+            "emulate": emulate, "calibrate": calibrate, "validate": validate, "slurm-task": slurm_task,
+            "node": node}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL_S = 0.1
 ROLES = ("sandbox", "assistant")
 # The head's environment travels with each process; these describe the node, so the agent's own win.
-_NODE_VARS = ("SLURM_", "SLURMD_", "CUDA_VISIBLE_DEVICES", "HOSTNAME")
+_NODE_VARS = ("SLURM_", "SLURMD_", "CUDA_VISIBLE_DEVICES", "HOSTNAME", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 
 class AgentLostHeadError(PrismError):

@@ -39,40 +39,65 @@ def _alive(tag: str) -> list[str]:
     return out
 
 
-def test_killing_a_sandbox_nodes_task_stops_the_job_naming_the_node(slurm_cluster, tmp_path):
+def _submit_long_collect(cluster, tmp_path, tag: str) -> tuple[subprocess.Popen, Path]:
+    """A collection that runs for minutes, submitted with sbatch --wait; returns once a rank worker
+    runs on the sandbox node n2."""
     job = tmp_path / "job.yaml"
     job.write_text(json.dumps({
         "name": "ddp2-long", "entrypoint": str(EXAMPLES / "ddp" / "train.py"), "args": ["--steps", "200"],
         "world_size": 2, "ranks_per_node": 2, "device": "cpu", "slots": 2,
         "parallelism": {"dp": 2, "tp": 1, "pp": 1, "ep": 1, "cp": 1}}))
     out = tmp_path / "job.out"
-    tag = uuid.uuid4().hex
-    env = {**slurm_cluster.env, "PRISM_TEST_TAG": tag, "PRISM_LOST_AFTER_S": "3"}
+    env = {**cluster.env, "PRISM_TEST_TAG": tag, "PRISM_LOST_AFTER_S": "3"}
     sbatch = subprocess.Popen(
         [sys.executable, "-m", "prism.cli.main", "collect", "--job", str(job), "--out", str(tmp_path / "run"),
          "--launcher", "slurm", "--submit", "--nodes", "3", "--tasks-per-node", "1",
          "--sbatch-arg=--wait", "--sbatch-arg=--time=3", f"--sbatch-arg=--output={out}"],
         env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not _on_node(tag, "n2", "prism.sandbox.worker"):
+        if sbatch.poll() is not None or time.monotonic() > deadline:
+            sbatch.kill()
+            cluster.cancel_all()
+            pytest.fail(f"no rank worker started on n2:\n{out.read_text() if out.exists() else ''}")
+        time.sleep(0.2)
+    return sbatch, out
+
+
+def _ended(cluster, sbatch: subprocess.Popen, tag: str) -> str:
+    """Waits for the job's end; returns what sbatch printed. Then no process of the run may remain."""
     try:
-        deadline = time.monotonic() + 120
-        while not _on_node(tag, "n2", "prism.sandbox.worker"):  # a rank worker runs on the sandbox node
-            assert sbatch.poll() is None, f"the job ended early:\n{out.read_text() if out.exists() else ''}"
-            assert time.monotonic() < deadline, "no rank worker started on n2"
-            time.sleep(0.2)
-        # the oldest: a child between fork and exec still shows its parent's command line
-        agent = min(_on_node(tag, "n2", "slurm-task"), key=lambda p: p.create_time())
-        os.kill(agent.pid, signal.SIGKILL)
         printed, _ = sbatch.communicate(timeout=120)
     finally:
         if sbatch.poll() is None:
             sbatch.kill()
-            slurm_cluster.cancel_all()
-    text = out.read_text()
-    assert sbatch.returncode != 0, printed
-    assert "node n2 lost" in text and "sandbox agent 0" in text, text
-    assert "rank " in text and " on n2 failed" in text, text
+            cluster.cancel_all()
     deadline = time.monotonic() + 15  # slurmstepd reaps its tasks within a few seconds
     while _alive(tag) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _alive(tag) == []
-    assert slurm_cluster.run("squeue", "-h").stdout.strip() == ""
+    assert cluster.run("squeue", "-h").stdout.strip() == ""
+    return printed
+
+
+def test_killing_a_sandbox_nodes_task_stops_the_job_naming_the_node(slurm_cluster, tmp_path):
+    tag = uuid.uuid4().hex
+    sbatch, out = _submit_long_collect(slurm_cluster, tmp_path, tag)
+    # the oldest: a child between fork and exec still shows its parent's command line
+    agent = min(_on_node(tag, "n2", "slurm-task"), key=lambda p: p.create_time())
+    os.kill(agent.pid, signal.SIGKILL)
+    printed = _ended(slurm_cluster, sbatch, tag)
+    text = out.read_text()
+    assert sbatch.returncode != 0, printed
+    assert "node n2 lost" in text and "sandbox agent 0" in text, text
+    assert "error: rank 0 on n2 failed" in text or "error: rank 1 on n2 failed" in text, text
+    assert not (tmp_path / "run" / "graph" / "bare").exists()
+
+
+def test_scancel_leaves_no_process_of_the_run(slurm_cluster, tmp_path):
+    tag = uuid.uuid4().hex
+    sbatch, out = _submit_long_collect(slurm_cluster, tmp_path, tag)
+    slurm_cluster.run("scancel", *slurm_cluster.run("squeue", "-h", "-o", "%i").stdout.split())
+    _ended(slurm_cluster, sbatch, tag)
+    assert sbatch.returncode != 0
+    assert "CANCELLED" in out.read_text()
