@@ -180,6 +180,7 @@ def _collect(job: JobConfig, run: RunDir, staging: Path, options: CollectOptions
             while not state.all_finished():
                 for rank, slot in state.take_spawns():
                     path = work / f"spec-{rank:05d}.json"
+                    path.touch(mode=0o600)  # it holds the run's token (a shared file system in a multi-node run)
                     path.write_text(_spec(job, rank, out_dir=work, timeout_s=options.timeout_s,
                                           options=engine_options).to_json())
                     sup.start(rank, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)], env, slot=slot)
