@@ -206,7 +206,7 @@ class AgentPool:
             agent.starts.append(pb.StartProcess(key=launch, argv=list(argv), env=env, log_path=str(log_path)))
             agent.running.add(launch)
             self._where[launch] = agent
-            log.debug("launch %d (key %d) -> %s on %s", launch, key, agent.describe(), agent.node)
+            log.info("process %d (launch %d) -> %s on %s", key, launch, agent.describe(), agent.node)
             return RemoteProcess(self, launch, agent)
 
     def _signal(self, launch: int, signum: int) -> None:

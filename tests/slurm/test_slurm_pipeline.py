@@ -78,6 +78,9 @@ def test_collect_calibrate_emulate_across_three_slurm_nodes_match_one_host(slurm
     assert (remote / "graph" / "timed").is_dir()
     code, text = submit(slurm_cluster, tmp_path, "emulate", str(remote), "--ranks", SANDBOX)
     assert code == 0, text
+    # rank 0 ran on the sandbox node, the replayer (process W + 0 = 2) on the assistant node
+    assert re.search(r"process 0 \(launch \d+\) -> sandbox agent 0 .* on n2", text), text
+    assert re.search(r"process 2 \(launch \d+\) -> assistant agent 0 .* on n3", text), text
 
     one, many = read_graph(local / "graph" / "bare"), read_graph(remote / "graph" / "bare")
     for rank in range(2):
