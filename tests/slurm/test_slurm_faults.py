@@ -73,8 +73,10 @@ def _ended(cluster, sbatch: subprocess.Popen, tag: str) -> str:
         if sbatch.poll() is None:
             sbatch.kill()
             cluster.cancel_all()
-    deadline = time.monotonic() + 15  # slurmstepd reaps its tasks within a few seconds
-    while _alive(tag) and time.monotonic() < deadline:
+    # slurmstepd reaps its tasks within a few seconds; a cancelled job may show as completing (CG)
+    # for as long after sbatch --wait returned
+    deadline = time.monotonic() + 15
+    while (_alive(tag) or cluster.run("squeue", "-h").stdout.strip()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _alive(tag) == []
     assert cluster.run("squeue", "-h").stdout.strip() == ""
