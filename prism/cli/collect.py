@@ -23,9 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="run directory to write")
     p.add_argument("--slots", type=int, default=None, help="K, the number of slots (default: the job's slots)")
     add_timeout_argument(p, default_s=1800.0, stall=False)
-    p.add_argument("--bind", default="127.0.0.1:0",
-                   help="address the coordinator listens on (0.0.0.0:PORT for workers on other nodes)")
-    p.add_argument("--token", default="", help="shared secret every worker must present (multi-node)")
+    p.add_argument("--bind", default="",
+                   help="address the coordinator listens on (default: loopback; every interface in a multi-node run)")
+    p.add_argument("--token", default="", help="secret every worker must present (default: a fresh one per run)")
     p.add_argument("--templates", choices=["none", "dp"], default=None,
                    help="dp: run one DP replica, the manifest maps the others to it (default: the job's templates)")
     p.add_argument("--comm-inputs", choices=["context_switch", "recorded", "rules"], default=None,

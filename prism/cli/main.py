@@ -16,7 +16,8 @@ from rich.markup import escape
 
 from prism.core.errors import PrismError, RankFailedError, RankOOMError
 
-from . import EXIT_OOM, analyze, calibrate, collect, demo, emulate, export, record, replay, simulate, validate, walk
+from . import (EXIT_OOM, analyze, calibrate, collect, demo, emulate, export, launcher, node, record, replay, simulate,
+               slurm_task, validate, walk)
 
 __all__ = ["main"]
 
@@ -46,7 +47,7 @@ def _stop_on_signals() -> Iterator[None]:
 
 COMMANDS = {"record": record, "collect": collect, "simulate": simulate, "walk": walk, "export": export, "demo": demo,
             "emulate": emulate, "calibrate": calibrate, "validate": validate, "replay": replay,
-            "analyze": analyze}
+            "analyze": analyze, "slurm-task": slurm_task, "node": node}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,11 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module in COMMANDS.items():
         p = sub.add_parser(name, help=module.HELP, description=module.__doc__)
         module.add_arguments(p)
+        if name in launcher.COMMANDS:
+            launcher.add_arguments(p)
         p.set_defaults(handler=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(show_path=False)])
@@ -69,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True, soft_wrap=True)
     try:
         with _stop_on_signals():
+            if getattr(args, "launcher", "local") == "slurm":
+                return launcher.run(args, argv)
             return int(args.handler(args) or 0)
     except RankOOMError as e:
         for o in e.ooms:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import secrets
 import shutil
 import sys
 import time
@@ -27,6 +28,7 @@ from pathlib import Path
 from prism.core.atomic import install_directory, make_temp_dir, remove_stale_temporaries
 from prism.core.config import JobConfig
 from prism.core.errors import PrismError, RankFailedError
+from prism.core.hosts import current_process_host
 from prism.core.isolation import Workspace, isolated_run
 from prism.core.ranks import parse_rank_ranges
 from prism.core.rundir import RunDir
@@ -56,8 +58,10 @@ class CollectOptions:
     slots: int | None = None
     """K; None = the job's ``slots``."""
     timeout_s: float = 1800.0
-    bind: str = "127.0.0.1:0"
+    bind: str = ""
+    """Where the coordinator listens; "" = loopback, or every interface in a multi-node run."""
     token: str = ""
+    """The run's secret that every call must carry; "" = a fresh random one."""
     address: str = ""
     """What workers dial (default: the bound address)."""
     switcher: ContextSwitcher | None = None
@@ -167,8 +171,12 @@ def _collect(job: JobConfig, run: RunDir, staging: Path, options: CollectOptions
                      ranks=ranks, rules=rules, rules_first=job.comm_inputs.source == "rules")
     work = staging / "work"
     work.mkdir()
-    server = CoordinatorServer(state, bind=options.bind, token=options.token, max_workers=job.world_size + 16)
-    engine_options = {"address": options.address or server.address, "token": options.token}
+    host = current_process_host()
+    token = options.token or secrets.token_urlsafe(24)
+    server = CoordinatorServer(state, bind=options.bind or ("0.0.0.0:0" if host.multi_node else "127.0.0.1:0"),
+                               token=token, max_workers=job.world_size + 16)
+    address = options.address or (f"{host.reachable_host}:{server.port}" if host.multi_node else server.address)
+    engine_options = {"address": address, "token": token}
     env = package_env()
     started = time.monotonic()
     deadline = started + options.timeout_s
@@ -176,11 +184,12 @@ def _collect(job: JobConfig, run: RunDir, staging: Path, options: CollectOptions
     try:
         with Supervisor(error_dir=work, log_dir=run.logs) as sup:
             while not state.all_finished():
-                for rank, _slot in state.take_spawns():
+                for rank, slot in state.take_spawns():
                     path = work / f"spec-{rank:05d}.json"
+                    path.touch(mode=0o600)  # it holds the run's token (a shared file system in a multi-node run)
                     path.write_text(_spec(job, rank, out_dir=work, timeout_s=options.timeout_s,
                                           options=engine_options, workspace=workspace).to_json())
-                    sup.start(rank, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)], env)
+                    sup.start(rank, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)], env, slot=slot)
                 _poll(sup, state)
                 if state.error is not None:
                     raise state.error

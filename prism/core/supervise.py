@@ -14,27 +14,21 @@ its log.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .errors import RankFailedError
+from .hosts import Process, ProcessHost, current_process_host
 from .workerspec import error_path
 
 __all__ = ["Supervisor", "package_env"]
 
 log = logging.getLogger(__name__)
-
-
-def _die_with_supervisor() -> None:
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _signal_name(signum: int) -> str:
@@ -58,27 +52,26 @@ def package_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 class Supervisor:
     """Owns worker processes keyed by logical rank."""
 
-    def __init__(self, *, error_dir: str | Path, log_dir: str | Path) -> None:
+    def __init__(self, *, error_dir: str | Path, log_dir: str | Path, host: ProcessHost | None = None) -> None:
         self.error_dir = Path(error_dir)
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.procs: dict[int, subprocess.Popen] = {}
+        self.host = host or current_process_host()
+        self.procs: dict[int, Process] = {}
         self.names: dict[int, str] = {}
-        self._logs: list = []
 
-    def start(self, rank: int, argv: Sequence[str], env: dict[str, str], *, name: str = "") -> subprocess.Popen:
-        """Start the process of key ``rank``; ``name`` (default "rank <rank>") is how errors name it."""
-        log_file = open(self.log_dir / f"rank-{rank:05d}.log", "wb")  # noqa: SIM115 - closed in close()
-        self._logs.append(log_file)
-        proc = subprocess.Popen(
-            list(argv), env=env, stdout=log_file, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_die_with_supervisor,
-        )
+    def start(self, rank: int, argv: Sequence[str], env: dict[str, str], *, name: str = "", role: str = "sandbox",
+              slot: int | None = None) -> Process:
+        """Start the process of key ``rank``; ``name`` (default "rank <rank>") is how errors name it.
+        ``role`` and ``slot`` place it on a node of a multi-node run (:mod:`prism.core.hosts`)."""
+        proc = self.host.start(rank, argv, env, log_path=self.log_dir / f"rank-{rank:05d}.log", role=role, slot=slot)
         self.procs[rank] = proc
-        self.names[rank] = name or f"rank {rank}"
+        self.names[rank] = (name or f"rank {rank}") + (f" on {proc.where}" if proc.where else "")
         return proc
 
-    def failure_text(self, rank: int, code: int) -> str:
+    def failure_text(self, rank: int, code: int, lost_reason: str = "") -> str:
+        if lost_reason:
+            return lost_reason
         err = error_path(self.error_dir, rank)
         if err.exists():
             return err.read_text()
@@ -89,19 +82,30 @@ class Supervisor:
 
     def poll(self) -> list[int]:
         """Ranks that finished successfully since the last call; raises on the first failure."""
+        done, failed = self._reap()
+        if failed:
+            self.host.settle()  # a lost node is blamed, not a peer that failed on the broken connection
+            more_done, more_failed = self._reap()
+            done, failed = done + more_done, failed + more_failed
+            lost = {rank: reason for rank, _, reason in failed if reason}
+            rank, code = self._first_failure([(r, c) for r, c, _ in failed])
+            text = self.failure_text(rank, code, lost.get(rank, ""))
+            self.kill_all()
+            raise RankFailedError(rank, text, exit_code=code, part=self.names.get(rank, ""))
+        return [rank for rank, _ in done]
+
+    def _reap(self) -> tuple[list[tuple[int, int]], list[tuple[int, int, str]]]:
         done, failed = [], []
         for rank, p in list(self.procs.items()):
             code = p.poll()
             if code is None:
                 continue
             del self.procs[rank]
-            (failed if code != 0 else done).append((rank, code))
-        if failed:
-            rank, code = self._first_failure(failed)
-            text = self.failure_text(rank, code)
-            self.kill_all()
-            raise RankFailedError(rank, text, exit_code=code, part=self.names.get(rank, ""))
-        return [rank for rank, _ in done]
+            if code != 0:
+                failed.append((rank, code, p.lost_reason))
+            else:
+                done.append((rank, code))
+        return done, failed
 
     def _first_failure(self, failed: list[tuple[int, int]]) -> tuple[int, int]:
         """The process that failed first among ``failed`` and those still running: one killed by
@@ -151,27 +155,18 @@ class Supervisor:
     def kill_all(self) -> None:
         for p in self.procs.values():
             if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+                p.signal_group(signal.SIGTERM)
         deadline = time.monotonic() + 3
         for p in self.procs.values():
             try:
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                p.signal_group(signal.SIGKILL)
                 p.wait()
         self.procs.clear()
 
     def close(self) -> None:
         self.kill_all()
-        for f in self._logs:
-            f.close()
-        self._logs.clear()
 
     def __enter__(self) -> Supervisor:
         return self

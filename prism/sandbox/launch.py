@@ -24,6 +24,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from prism.core.config import JobConfig
+from prism.core.hosts import LocalHost
 from prism.core.supervise import Supervisor, package_env
 from prism.core.errors import RankFailedError
 from prism.core.hangwatch import HangWatcher, rank_timeout_s
@@ -150,7 +151,8 @@ def launch_ranks(
             watcher.tick()
 
     try:
-        with Supervisor(error_dir=work, log_dir=log_dir) as sup:
+        # A recording is one host's run (its store is on loopback), whatever host a caller installed.
+        with Supervisor(error_dir=work, log_dir=log_dir, host=LocalHost()) as sup:
             start_more(sup)
             try:
                 # With a watcher the timeout is a stall: no rank issued or completed an op for that long.

@@ -35,6 +35,7 @@ import torch.distributed as dist
 from prism.core.config import JobConfig
 from prism.core.errors import PrismError, RankFailedError, RunDirError
 from prism.core.hangwatch import HangWatcher, rank_timeout_s
+from prism.core.hosts import reachable_host
 from prism.core.isolation import Workspace, isolated_run
 from prism.core.layout import DeviceLayout, device_layout
 from prism.core.rundir import RunDir
@@ -184,7 +185,7 @@ def _worker_spec(job: JobConfig, rank: int, *, present: tuple[int, ...], store_a
 def _start_store(timeout_s: float) -> tuple[dist.TCPStore, str]:
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=timeout_s))
-    return store, f"127.0.0.1:{store.port}"
+    return store, f"{reachable_host()}:{store.port}"
 
 
 def _supervise(out_dir: Path, world_size: int, starts: list[tuple[int, list[str]]], timeout_s: float,
@@ -197,9 +198,12 @@ def _supervise(out_dir: Path, world_size: int, starts: list[tuple[int, list[str]
     # once, a timeout names every sandbox rank's pending op (prism.core.hangwatch). Replayers
     # (keys >= world_size) walk the graph and publish nothing.
     watcher = HangWatcher(store, [key for key, _ in starts if key < world_size], timeout_s=timeout_s)
+    slot_of = {key: i for i, key in enumerate(sorted(k for k, _ in starts if k < world_size))}
     with Supervisor(error_dir=out_dir, log_dir=out_dir / "logs") as sup:
         for key, argv in starts:  # replayer i runs under key world_size + i
-            sup.start(key, argv, env, name=f"replayer {key - world_size}" if key >= world_size else "")
+            replayer = key >= world_size
+            sup.start(key, argv, env, name=f"replayer {key - world_size}" if replayer else "",
+                      role="assistant" if replayer else "sandbox", slot=None if replayer else slot_of.get(key))
         try:
             # The timeout is a stall (no sandbox rank issued or completed an op for that long).
             sup.wait_all(timeout_s=math.inf, on_done=watcher.rank_finished, tick=watcher.tick)

@@ -1,0 +1,145 @@
+"""The run's token on both gRPC services, loopback binding, and the agent pool with real agents
+(threads here, Slurm tasks in tests/slurm) starting real processes."""
+
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import psutil
+import pytest
+
+from prism.coordinator.cuda_checkpoint import NullSwitcher
+from prism.coordinator.payloads import PayloadPolicy, PayloadStore
+from prism.coordinator.state import RunState
+from prism.core.errors import PrismError, RankFailedError
+from prism.core.hosts import use_process_host
+from prism.core.supervise import Supervisor
+from prism.rpc import CoordinatorClient, CoordinatorServer
+from prism.rpc.agents import AgentPool, run_agent
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def coordinator(tmp_path):
+    state = RunState(2, 1, switcher=NullSwitcher(), payloads=PayloadStore(tmp_path / "payloads"),
+                     policy=PayloadPolicy(True, 64, frozenset()))
+    server = CoordinatorServer(state, token="s3cret")
+    yield server
+    state.stop("test over")
+    server.stop()
+
+
+@pytest.mark.parametrize("token", ["", "wrong"])
+def test_the_coordinator_refuses_a_call_without_the_runs_token(coordinator, token):
+    client = CoordinatorClient(coordinator.address, token=token)
+    with pytest.raises(grpc.RpcError) as err:
+        client.register(0, 123)
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    client.close()
+
+
+def test_the_coordinator_accepts_the_token_and_listens_on_loopback_only(coordinator):
+    client = CoordinatorClient(coordinator.address, token="s3cret")
+    assert client.register(0, 123) == 2
+    client.close()
+    assert coordinator.address.startswith("127.0.0.1:")
+    listening = [c.laddr for c in psutil.Process().net_connections(kind="inet")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == coordinator.port]
+    assert listening and all(_loopback(addr.ip) for addr in listening), listening
+
+
+def _loopback(ip: str) -> bool:
+    addr = ipaddress.ip_address(ip)
+    return addr.is_loopback or bool(getattr(addr, "ipv4_mapped", None) and addr.ipv4_mapped.is_loopback)
+
+
+@pytest.fixture
+def pool():
+    p = AgentPool(bind="127.0.0.1:0", token="t0k", reachable_host="127.0.0.1", lost_after_s=1.5)
+    yield p
+    p.close("test over", grace_s=2)
+
+
+def start_agent(pool, role, index, results, token="t0k"):
+    def main():
+        try:
+            results[(role, index)] = run_agent(f"127.0.0.1:{pool.port}", token, role=role, index=index, node=f"n{index}",
+                                               task=index, join_timeout_s=10, lost_after_s=5)
+        except PrismError as e:
+            results[(role, index)] = e
+
+    t = threading.Thread(target=main, daemon=True)
+    t.start()
+    return t
+
+
+def test_an_agent_with_the_wrong_token_is_refused(pool):
+    results = {}
+    start_agent(pool, "sandbox", 0, results, token="nope").join(20)
+    assert isinstance(results[("sandbox", 0)], PrismError)
+    assert "refused our token" in str(results[("sandbox", 0)])
+    assert pool.agents() == []
+
+
+def test_processes_run_on_the_agents_and_their_exit_codes_come_back(pool, tmp_path):
+    results = {}
+    threads = [start_agent(pool, "sandbox", i, results) for i in (0, 1)] + [start_agent(pool, "assistant", 0, results)]
+    pool.wait_for_agents({"sandbox": 2, "assistant": 1}, timeout_s=20)
+    with use_process_host(pool), Supervisor(error_dir=tmp_path, log_dir=tmp_path / "logs") as sup:
+        p0 = sup.start(0, [sys.executable, "-c", "print('zero')"], {}, slot=1)
+        p1 = sup.start(5, [sys.executable, "-c", "print('replayer')"], {}, role="assistant", name="replayer 0")
+        sup.wait_all(timeout_s=30)
+        assert (p0.where, p1.where) == ("n1", "n0")
+        assert (tmp_path / "logs" / "rank-00000.log").read_text() == "zero\n"
+        failing = sup.start(1, [sys.executable, "-c", "import sys; print('boom'); sys.exit(4)"], {})
+        with pytest.raises(RankFailedError) as err:
+            sup.wait_all(timeout_s=30)
+        assert err.value.exit_code == 4 and err.value.part == f"rank 1 on {failing.where}"
+        assert "boom" in err.value.traceback_text
+        # kill_all reaches a process on an agent
+        sleeper = sup.start(2, [sys.executable, "-c", "import time; time.sleep(60)"], {})
+        deadline = time.monotonic() + 20
+        while not [p for p in psutil.process_iter(["cmdline"]) if "time.sleep(60)" in " ".join(p.info["cmdline"] or [])]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        sup.kill_all()
+        assert sleeper.wait(timeout=5) == -signal.SIGTERM
+    pool.close("done")
+    for t in threads:
+        t.join(10)
+    assert results == {("sandbox", 0): "done", ("sandbox", 1): "done", ("assistant", 0): "done"}
+
+
+AGENT = """
+import sys
+from prism.rpc.agents import run_agent
+run_agent(sys.argv[1], "t0k", role="sandbox", index=0, node="n0", task=0, join_timeout_s=10, lost_after_s=5)
+"""
+
+
+def test_a_killed_agent_is_a_lost_node_named_in_the_failure_and_its_processes_die_with_it(pool, tmp_path):
+    agent = subprocess.Popen([sys.executable, "-c", AGENT, f"127.0.0.1:{pool.port}"])
+    try:
+        pool.wait_for_agents({"sandbox": 1}, timeout_s=30)
+        with use_process_host(pool), Supervisor(error_dir=tmp_path, log_dir=tmp_path / "logs") as sup:
+            sup.start(0, [sys.executable, "-c", "import time; time.sleep(60)"], {})
+            deadline = time.monotonic() + 20
+            while not (children := psutil.Process(agent.pid).children()):
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            os.kill(agent.pid, signal.SIGKILL)
+            with pytest.raises(RankFailedError) as err:
+                sup.wait_all(timeout_s=30)
+        assert "node n0 lost" in str(err.value) and err.value.part == "rank 0 on n0"
+        assert "has not called the head for" in err.value.traceback_text
+        _, alive = psutil.wait_procs(children, timeout=5)
+        assert alive == []  # the agent's processes die with it (PR_SET_PDEATHSIG)
+    finally:
+        agent.kill()
+        agent.wait()
