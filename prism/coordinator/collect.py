@@ -110,7 +110,7 @@ def _spec(job: JobConfig, rank: int, *, out_dir: Path, timeout_s: float, options
         shim=shim, engine="coordinator",
         entrypoint=job.entrypoint if job.is_module else str(job.script_path), args=job.args,
         cwd=job.base_dir if job.is_module else str(job.script_path.parent), out_dir=str(out_dir),
-        env=dict(job.env), cuda_backend="gloo", engine_options=options,
+        env=job.rank_env(), cuda_backend="gloo", engine_options=options,
         memory_cap_bytes=job.memory_cap_bytes, observe_other_groups=job.templates == "dp",
         warmup_steps=job.iterations.warmup, measured_steps=job.iterations.measured,
     )

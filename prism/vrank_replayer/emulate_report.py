@@ -22,6 +22,7 @@ from pathlib import Path
 from prism.core.atomic import atomic_write_text
 from prism.core.errors import RankOOMError, RunDirError
 from prism.core.rundir import RunDir
+from prism.core.whatif import SandboxChange
 from prism.core.workerspec import record_path
 from prism.graph.export import to_chrome_trace, write_chrome_trace
 from prism.graph.io import read_graph
@@ -30,7 +31,7 @@ from prism.graph.records import Graph, GroupInfo, Node, NodeKind
 from .calibrate_run import ensure_recorded
 from .launch import PROFILE_DIR, EmulateOptions, EmulateResult, emulate
 
-__all__ = ["EmulationReport", "emulate_and_report", "summarize_steps", "REPORT_FILE", "TIMELINE_FILE"]
+__all__ = ["EmulationReport", "emulate_and_report", "idle_fraction", "summarize_steps", "REPORT_FILE", "TIMELINE_FILE"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,43 @@ def summarize_steps(steps_ns, skip: int) -> dict:
     kept = steps_ms[skip:] or steps_ms
     return {"step_ms": steps_ms, "mean_ms": statistics.fmean(kept) if kept else None,
             "p50_ms": statistics.median(kept) if kept else None, "measured_steps": len(kept)}
+
+
+def idle_fraction(nodes, step_times_ns, skip: int) -> float | None:
+    """The share of the measured steps (after ``skip``) that a rank spent outside its compute
+    spans: waiting on its peers (the pipeline bubble, a straggler) and communicating."""
+    total = sum(step_times_ns[skip:])
+    if total <= 0:
+        return None
+    busy = sum(n.duration_ns for n in nodes if n.kind is NodeKind.COMPUTE and n.step >= skip
+               and n.step < len(step_times_ns) and n.duration_ns > 0)
+    return max(0.0, 1.0 - busy / total)
+
+
+def _view(row: dict) -> dict:
+    """What a comparison shows of one rank: iteration time, idle, peak memory."""
+    keys = ("mean_ms", "p50_ms", "idle_fraction", "measured_peak_memory_bytes", "peak_memory_bytes", "oom")
+    return {k: row[k] for k in keys if k in row}
+
+
+def _recorded(run: RunDir, ranks, skip: int, steps: int | None) -> dict:
+    """The recorded (real) run's view of the sandbox ranks, when RUN/graph/real exists."""
+    real_dir = run.graph_dir("real")
+    if not (real_dir / "manifest.pb").is_file():
+        return {}
+    real = read_graph(real_dir)
+    out = {}
+    for r in ranks:
+        summary = real.summaries.get(r)
+        if summary is None:
+            continue
+        step_ns = tuple(summary.step_times_ns)[:steps]
+        row = summarize_steps(step_ns, skip)
+        row.update(idle_fraction=idle_fraction(real.nodes.get(r, ()), step_ns, skip),
+                   measured_peak_memory_bytes=summary.measured_peak_memory_bytes,
+                   peak_memory_bytes=summary.peak_memory_bytes)
+        out[str(r)] = _view(row)
+    return out
 
 
 def _record(out: Path, rank: int):
@@ -92,10 +130,27 @@ def _timeline(timed: Graph | None, real_nodes: dict, groups: dict, steps: int | 
 
 
 def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_timed: bool = True,
-                       skip_steps: int | None = None) -> EmulationReport:
+                       skip_steps: int | None = None, baseline: bool = False) -> EmulationReport:
     """Run :func:`~.launch.emulate` (with the timed graph when RUN/graph/timed exists and
-    ``use_timed``) into RUN/emulations/<id>/ and write report.json and timeline.json there."""
+    ``use_timed``) into RUN/emulations/<id>/ and write report.json and timeline.json there.
+
+    A what-if (``options.change``): report.json names the change and, per sandbox rank, shows the
+    recorded run's ``recorded`` view beside it; with ``baseline`` the unchanged emulation runs
+    first (into ``<id>/baseline/``) and its view is under ``baseline``."""
     run = RunDir(Path(run_dir))
+    if baseline:
+        ranks = tuple(sorted(set(options.ranks)))
+        out = Path(options.out_dir) if options.out_dir else (
+            run.root / "emulations" / f"{time.strftime('%Y%m%d-%H%M%S')}-ranks-{'_'.join(map(str, ranks))}")
+        base = emulate_and_report(run_dir, dataclasses.replace(options, change=SandboxChange(),
+                                                               out_dir=str(out / "baseline")),
+                                  use_timed=use_timed, skip_steps=skip_steps)
+        report = emulate_and_report(run_dir, dataclasses.replace(options, out_dir=str(out)),
+                                    use_timed=use_timed, skip_steps=skip_steps)
+        report.data["baseline"] = {r: _view(row) for r, row in base.data["ranks"].items()}
+        report.data["baseline_dir"] = str(base.out_dir)
+        atomic_write_text(report.out_dir / REPORT_FILE, json.dumps(report.data, indent=1))
+        return report
     job = run.load_job()
     timed_dir = run.graph_dir("timed")
     timed = read_graph(timed_dir) if use_timed and (timed_dir / "manifest.pb").is_file() else None
@@ -111,6 +166,8 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
     data: dict = {"world_size": job.world_size, "sandbox_ranks": list(ranks), "skip_steps": skip,
                   "clock": "timed" if timed is not None else "asap", "steps": options.steps,
                   "memory_cap_bytes": cap, "ranks": {}}
+    if not options.change.is_empty:
+        data["change"] = options.change.describe()
     if options.profile:
         data["profile_dir"] = str(out / PROFILE_DIR)
     if not options.recorded_dir:
@@ -145,6 +202,9 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
                        measured_peak_memory_bytes=rec.summary.measured_peak_memory_bytes,
                        memory_source=rec.summary.memory_source)
             real_nodes[r] = tuple(rec.nodes)
+            step_ns = row.get("step_ms")
+            if step_ns:
+                row["idle_fraction"] = idle_fraction(rec.nodes, [round(x * 1e6) for x in step_ns], skip)
             groups.update({g.group_id: g for g in rec.groups})
         if timed is not None:
             ends = [n.start_ns for n in timed.nodes[r] if n.kind is NodeKind.MARK and n.mark == "step_end"]
@@ -152,6 +212,9 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
             row["predicted_mean_ms"] = pred["mean_ms"]
             row["predicted_step_ms"] = pred["step_ms"]
         data["ranks"][str(r)] = row
+    recorded = _recorded(run, ranks, skip, options.steps)
+    if recorded:
+        data["recorded"] = recorded
     if failure is not None:
         data["failed"] = {"rank": failure.rank, "oom": True, "oom_ranks": sorted(ooms)}
     if result is not None:

@@ -36,6 +36,7 @@ from prism.core.hangwatch import HangWatcher, rank_timeout_s
 from prism.core.layout import DeviceLayout, device_layout
 from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
+from prism.core.whatif import SandboxChange
 from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, with_ooms
 from prism.graph.io import read_graph, verify_graph
 from prism.graph.opsig import recorded_ops
@@ -91,6 +92,11 @@ class EmulateOptions:
     """GPUs for the sandbox ranks (round-robin); () = the layout's default."""
     assistant_gpus: tuple[int, ...] = ()
     """GPUs for the replayers; () = the layout's default."""
+    change: SandboxChange = SandboxChange()
+    """What-if: the sandbox ranks run the job with this change (env, args, entrypoint)."""
+    clock: str = "cosim"
+    """With a timed graph: ``cosim`` (vranks simulated online, following the sandbox) or
+    ``offset`` (the per-vrank offset clock); see ``ReplayerSpec.clock``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +166,7 @@ def _worker_spec(job: JobConfig, rank: int, *, present: tuple[int, ...], store_a
     return WorkerSpec(shim=shim, engine="live",
                       entrypoint=job.entrypoint if job.is_module else str(job.script_path),
                       args=job.args, cwd=job.base_dir if job.is_module else str(job.script_path.parent),
-                      out_dir=str(out_dir), env=dict(job.env), engine_options=engine_options,
+                      out_dir=str(out_dir), env=job.rank_env(), engine_options=engine_options,
                       memory_cap_bytes=job.memory_cap_bytes, profile_dir=profile_dir,
                       warmup_steps=job.iterations.warmup, measured_steps=job.iterations.measured)
 
@@ -210,7 +216,7 @@ def _reference(recorded: Callable[[], dict]):
 def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     """Run the sandbox ranks for real and every other rank as a vrank; return per-rank results."""
     run = RunDir(Path(run_dir))
-    job = with_steps(run.load_job(), options.steps)
+    job = with_steps(options.change.apply(run.load_job()), options.steps)
     if options.memory_cap_bytes is not None:
         job = dataclasses.replace(job, memory_cap_bytes=options.memory_cap_bytes)
     ranks = tuple(sorted(set(options.ranks)))
@@ -253,7 +259,7 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
                             graph_dir=str(run.graph_dir(kind)), recorded_dir=str(recorded), transport_store=addr,
                             out_dir=str(out), supervisor_key=job.world_size + i, steps=options.steps,
                             timeout_s=rank_timeout_s(options.timeout_s), timed_graph_dir=options.timed_graph_dir,
-                            device_path=layout.path,
+                            device_path=layout.path, clock=options.clock,
                             device_index=layout.replayer_gpu[i] if layout.replayer_gpu else -1)
         path = out / f"replayer-{i:03d}.spec.json"
         path.write_text(spec.to_json())
