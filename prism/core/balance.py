@@ -129,3 +129,34 @@ def realised_ratios(sent: dict[int, list[int]]) -> list[float]:
     received = np.sum(np.array([sent[s] for s in sorted(sent)], dtype=np.float64), axis=0)
     even = received.sum() / len(received)
     return [float(v / even) if even > 0 else math.nan for v in received]
+
+
+def router_summary(logs: list[dict]) -> dict:
+    """Realised balance ratios from the MoE mock router's per-rank logs (``rank-R.moe_router.json``
+    contents, every rank of each EP group present): per EP group and step, each rank's ratio (its
+    mean over the step's gating calls) and the statistics over all (call, rank) ratios of the
+    step, beside the requested ones."""
+    groups: dict[int, dict[int, dict]] = {}
+    for d in logs:
+        groups.setdefault(d["group"], {})[d["group_rank"]] = d
+    out: dict = {"groups": {}}
+    for g, by_rank in sorted(groups.items()):
+        ep = next(iter(by_rank.values()))["ep"]
+        out["target"] = next(iter(by_rank.values()))["target"]
+        if sorted(by_rank) != list(range(ep)):
+            out["groups"][str(g)] = {"missing_ranks": sorted(set(range(ep)) - set(by_rank))}
+            continue
+        calls = min(len(d["calls"]) for d in by_rank.values())
+        steps: dict[int, dict] = {}
+        for c in range(calls):
+            ratios = realised_ratios({gr: by_rank[gr]["calls"][c]["sent"] for gr in range(ep)})
+            step = by_rank[0]["calls"][c]["step"]
+            s = steps.setdefault(step, {"values": [], "per_rank": {gr: [] for gr in range(ep)}})
+            s["values"].extend(ratios)
+            for gr, v in enumerate(ratios):
+                s["per_rank"][gr].append(v)
+        out["groups"][str(g)] = {
+            str(step): {"stats": br_stats(s["values"]),
+                        "br": {str(by_rank[gr]["rank"]): float(np.mean(v)) for gr, v in s["per_rank"].items()}}
+            for step, s in sorted(steps.items())}
+    return out

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prism.core.atomic import atomic_write_text
+from prism.core.balance import router_summary
 from prism.core.errors import RankOOMError, RunDirError
 from prism.core.rundir import RunDir
 from prism.core.whatif import SandboxChange
@@ -94,6 +95,19 @@ def _recorded(run: RunDir, ranks, skip: int, steps: int | None) -> dict:
                    peak_memory_bytes=summary.peak_memory_bytes)
         out[str(r)] = _view(row)
     return out
+
+
+def _router(run: RunDir, out: Path, ranks, world_size: int) -> dict:
+    """The MoE mock router's realised balance ratios: the sandbox ranks' own logs, the recorded
+    run's (or capture run's) for the vranks, whose tokens the recorded values carry."""
+    logs = []
+    for r in range(world_size):
+        name = f"rank-{r:05d}.moe_router.json"
+        where = [out] if r in ranks else [run.logs, run.root / "capture" / "workers"]
+        path = next((d / name for d in where if (d / name).is_file()), None)
+        if path is not None:
+            logs.append(json.loads(path.read_text()))
+    return router_summary(logs) if logs else {}
 
 
 def _record(out: Path, rank: int):
@@ -212,6 +226,8 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
             row["predicted_mean_ms"] = pred["mean_ms"]
             row["predicted_step_ms"] = pred["step_ms"]
         data["ranks"][str(r)] = row
+    if job.moe_router is not None:
+        data["moe_router"] = _router(run, out, ranks, job.world_size)
     recorded = _recorded(run, ranks, skip, options.steps)
     if recorded:
         data["recorded"] = recorded
