@@ -76,3 +76,36 @@ def test_the_clock_releases_a_vrank_at_its_simulated_time():
     clock.complete_at(0, g.nodes[1][1], now + 100_000_000 - 90)  # the message "arrives" in 100 ms
     t.join(timeout=5)
     assert released and released[0] >= now + 100_000_000 - 2_000_000  # not before its time (minus the wake lead)
+
+
+# Ranks 0, 2 and 3 are vranks of a world all_reduce with the sandbox rank 1; vrank 0 is played by
+# the replayer (it neighbors the sandbox), 2 and 3 are pruned. Vrank 3 computes 100 before it.
+COLL = """
+graph world_size=4 kind=timed
+group 0 ranks=0,1,2,3 desc=world
+r0#0 COLL all_reduce g0:0 16B f32[4] sum step=0 t=0+10
+r0#1 COMP step=0 t=10+20
+r0#2 COLL all_reduce g0:1 16B f32[4] sum step=0 t=30+100
+r1#0 COLL all_reduce g0:0 16B f32[4] sum step=0 t=0+10
+r1#1 COMP step=0 t=10+20
+r1#2 COLL all_reduce g0:1 16B f32[4] sum step=0 t=30+100
+r2#0 COLL all_reduce g0:0 16B f32[4] sum step=0 t=0+10
+r2#1 COMP step=0 t=10+20
+r2#2 COLL all_reduce g0:1 16B f32[4] sum step=0 t=30+100
+r3#0 COLL all_reduce g0:0 16B f32[4] sum step=0 t=0+10
+r3#1 COMP step=0 t=10+120
+r3#2 COLL all_reduce g0:1 16B f32[4] sum step=0 t=130+0
+"""
+
+
+def test_a_collective_with_the_sandbox_waits_for_every_vrank_and_releases_the_pruned_ones_too():
+    g = parse_graph(COLL)
+    sim = LiveSim(g, sandbox={1})
+    first, second = op_key(g.nodes[1][0]), op_key(g.nodes[1][2])
+    assert sim.issue_ns(0, first) == 0  # before any real event: at once
+    sim.announce(0, first)
+    assert sim.issue_ns(0, second) is None
+    sim.report(0, first, 5_000)  # the hosted vrank's part completed for real
+    # the pruned vranks 2 and 3 complete with it; 3 then computes 120, the others 20: the hosted
+    # vrank's part of the next one is issued when the last vrank member arrives
+    assert sim.issue_ns(0, second) == 5_000 + 120
