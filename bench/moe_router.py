@@ -25,6 +25,7 @@ from rich.console import Console
 from prism.core.balance import br_stats, router_summary
 from prism.core.config import job_from_dict
 from prism.core.errors import RankOOMError
+from prism.graph.io import read_graph
 from prism.sandbox.recording import record_job
 from prism.vrank_replayer import EmulateOptions, capture_job
 from prism.vrank_replayer.emulate_report import emulate_and_report
@@ -46,15 +47,18 @@ def rel_errors(realised: dict, target: dict) -> dict:
     return {k: (realised[k] - target[k]) / target[k] if target[k] else realised[k] - target[k] for k in target}
 
 
-def one(name: str, br: dict, base: Path, console: Console) -> dict:
+def one(name: str, br: dict, base: Path, console: Console, reuse: bool = False) -> dict:
     run = base / name
-    graph = record_job(job(br), run, timeout_s=400)
+    if reuse and (run / "graph" / "real" / "manifest.pb").is_file() and (run / "capture").is_dir():
+        graph = read_graph(run / "graph" / "real")
+    else:
+        graph = record_job(job(br), run, timeout_s=400)
+        capture_job(job(br), run, timeout_s=400)
     logs = [json.loads(p.read_text()) for p in sorted((run / "logs").glob("rank-*.moe_router.json"))]
     summary = router_summary(logs)["groups"]["0"]
     measured = {s: row for s, row in summary.items() if int(s) >= 1}
     br_last = summary[max(summary, key=int)]["br"]
     hot, cold = int(max(br_last, key=br_last.get)), int(min(br_last, key=br_last.get))
-    capture_job(job(br), run, timeout_s=400)
     ranks = {}
     for r in sorted({hot, cold}):
         rep = emulate_and_report(run, EmulateOptions(ranks=(r,), timeout_s=400), use_timed=False)
@@ -80,6 +84,7 @@ def one(name: str, br: dict, base: Path, console: Console) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--keep", default=None)
+    p.add_argument("--reuse", action="store_true", help="with --keep: reuse the real and capture runs there")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "moe_router.json"))
     ns = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -87,12 +92,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="prism-moe-router-") as tmp:
         base = Path(ns.keep or tmp)
         skewed = br_stats(SKEWED)
-        results = {"balanced": one("balanced", BALANCED, base, console),
-                   "imbalanced": one("imbalanced", skewed, base, console)}
+        results = {"balanced": one("balanced", BALANCED, base, console, ns.reuse),
+                   "imbalanced": one("imbalanced", skewed, base, console, ns.reuse)}
         peaks = results["imbalanced"]["real_peaks"]
-        (top, high), (_, second) = sorted(peaks.items(), key=lambda kv: -kv[1])[:2]
+        high, second = sorted(set(peaks.values()), reverse=True)[:2]  # ranks may share the top peak
         cap = (high + second) // 2
-        oom: dict = {"cap_bytes": cap, "rank": int(top),
+        top = min((r for r, v in peaks.items() if v == high), key=int)
+        oom: dict = {"cap_bytes": cap, "rank": int(top), "ranks_above": sorted(int(r) for r, v in peaks.items() if v > cap),
                      "balanced_max_peak": max(results["balanced"]["real_peaks"].values())}
         try:
             record_job(job(skewed, cap), base / "capped", timeout_s=400)
