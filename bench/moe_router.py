@@ -106,6 +106,9 @@ def main() -> None:
         except RankOOMError as e:
             oom["real"] = [{k: getattr(o, k) for k in ("rank", "step", "requested_bytes", "in_use_bytes")}
                            for o in e.ooms]
+        if oom["real"]:  # the rank the real run stopped on (ranks sharing the top peak reach it at other steps)
+            top = str(oom["real"][0]["rank"])
+        oom["emulated_rank"] = int(top)
         rep = emulate_and_report(base / "imbalanced", EmulateOptions(ranks=(int(top),), timeout_s=400,
                                                                      memory_cap_bytes=cap), use_timed=False)
         o = rep.data["ranks"][top]["oom"]
