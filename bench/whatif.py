@@ -8,8 +8,9 @@ times as long) given only to the sandbox ranks {1, 3} (``prism emulate --env``),
 faster) and 2 (2x slower). For each: ``--real-repeats`` real runs with the change (all ranks real,
 gloo; every rank gets the variable, only stage 1 reads it), ``--repeats`` emulations on the
 co-simulation clock that follows the sandbox (``cosim``, the default) and, for comparison, on the
-earlier per-vrank offset clock (``offset``). Iteration time: the mean of the measured steps of the
-sandbox ranks, medians over repeats. Also the unchanged emulation beside the unchanged real run.
+earlier per-vrank offset clock (``offset``), the same number of times. Iteration time: the mean of the measured steps of the
+sandbox ranks, medians over repeats (the two clocks alternated). Also the unchanged emulation
+beside the unchanged real run. The host's 1-minute load average is saved with each change.
 
     python bench/whatif.py                    # → bench/results/whatif.json
     python bench/whatif.py --repeats 1 --real-repeats 1 --factors 0.5
@@ -21,6 +22,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -93,21 +95,24 @@ def main() -> None:
             env = {VAR: f"1:{f:g}"}
             reals = [real_ms(job_with(env, ns.steps), base / f"real-{f:g}-{i}") for i in range(ns.real_repeats)]
             change = SandboxChange(env=tuple(env.items()))
-            emus = {clock: [emulated_ms(run, change, clock, base / f"emu-{clock}-{f:g}-{i}")[0]
-                            for i in range(ns.repeats if clock == "cosim" else 1)]
-                    for clock in ("cosim", "offset")}
+            emus: dict[str, list[float]] = {"cosim": [], "offset": []}
+            for i in range(ns.repeats):  # alternated: the host's load drifts
+                for clock in emus:
+                    emus[clock].append(emulated_ms(run, change, clock, base / f"emu-{clock}-{f:g}-{i}")[0])
             real = statistics.median(reals)
             res = {"factor": f, "env": env, "real_ms": reals, "real_median_ms": real,
                    "emulated_ms": emus["cosim"], "emulated_median_ms": statistics.median(emus["cosim"]),
                    "error": rel(statistics.median(emus["cosim"]), real),
-                   "offset_clock_ms": emus["offset"][0], "offset_clock_error": rel(emus["offset"][0], real)}
+                   "offset_clock_ms": emus["offset"], "offset_clock_median_ms": statistics.median(emus["offset"]),
+                   "offset_clock_error": rel(statistics.median(emus["offset"]), real),
+                   "load_average": os.getloadavg()[0]}
             results.append(res)
     table = Table(title=f"what-if on ranks {list(SANDBOX)}: {VAR}=1:F, W=4, from the unchanged recording")
     for c in ("F", "real ms (median)", "emulated ms", "error", "offset clock ms", "offset clock error"):
         table.add_column(c, justify="right")
     for r in results:
         table.add_row(f"{r['factor']:g}", f"{r['real_median_ms']:.1f}", f"{r['emulated_median_ms']:.1f}",
-                      f"{r['error'] * 100:+.2f} %", f"{r['offset_clock_ms']:.1f}",
+                      f"{r['error'] * 100:+.2f} %", f"{r['offset_clock_median_ms']:.1f}",
                       f"{r['offset_clock_error'] * 100:+.2f} %")
     console.print(table)
     summary = {"benchmark": "whatif", "job": str(JOB.relative_to(ROOT)), "sandbox": list(SANDBOX),
