@@ -3,7 +3,10 @@
 :class:`AsapClock` answers at once (calibration slices, value-only emulation). :class:`TimedClock`
 is the real-time co-simulation of DESIGN §8: each vrank advances through the *timed* graph
 (calibrated compute durations, the predicted waits on other vranks) in real time, and its clock is
-re-anchored on the real events it shares with the sandbox (docs/emulate.md).
+re-anchored on the real events it shares with the sandbox (docs/emulate.md). :class:`CoSimClock`
+(the replayer's default) replaces the per-vrank offsets by an online discrete-event simulation of
+all vranks whose ops with the sandbox complete at their real times, so vranks follow a sandbox
+that runs a changed program through any chain of dependencies (docs/whatif.md).
 
 The arithmetic (:class:`VrankSchedule`, :meth:`TimedClock.issue_at_ns`,
 :meth:`TimedClock.complete_at`) is pure and takes times as arguments; only
