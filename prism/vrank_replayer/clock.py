@@ -318,3 +318,12 @@ class CoSimClock:
 
     def on_complete(self, vrank: int, node: Node) -> None:
         self.complete_at(vrank, node, time.perf_counter_ns())
+
+    def simulated(self) -> dict[str, list[tuple[int, int, int]]]:
+        """Per vrank, ``(node index, reached, done)`` on the real clock of every node the
+        simulation got to (the vranks' emulated timeline)."""
+        with self._cond:
+            sim = self.sim
+            return {str(r): [(i, sim.issue[r][i], sim.end[r][i]) for i in range(len(sim.issue[r]))
+                             if sim.issue[r][i] > 0 and sim.end[r][i] >= sim.issue[r][i]]
+                    for r in sim.ranks}

@@ -31,6 +31,7 @@ from prism.graph.records import Graph, GroupInfo, Node, NodeKind
 
 from .calibrate_run import ensure_recorded
 from .launch import PROFILE_DIR, EmulateOptions, EmulateResult, emulate
+from .replayer import cosim_timeline_path
 
 __all__ = ["EmulationReport", "emulate_and_report", "idle_fraction", "summarize_steps", "REPORT_FILE", "TIMELINE_FILE"]
 
@@ -69,6 +70,18 @@ def idle_fraction(nodes, step_times_ns, skip: int) -> float | None:
     busy = sum(n.duration_ns for n in nodes if n.kind is NodeKind.COMPUTE and n.step >= skip
                and n.step < len(step_times_ns) and n.duration_ns > 0)
     return max(0.0, 1.0 - busy / total)
+
+
+def _vrank_idle(cosim: dict[int, tuple[Node, ...]], skip: int) -> dict[str, float]:
+    """Each co-simulated vrank's idle fraction over its steps after ``skip`` (the steps it ended)."""
+    out = {}
+    for r, ns in sorted(cosim.items()):
+        ends = [n.start_ns for n in ns if n.kind is NodeKind.MARK and n.mark == "step_end"]
+        steps = [b - a for a, b in zip(ends, ends[1:])]  # the first step's start is start-up
+        value = idle_fraction([n for n in ns if n.step >= 1], [0, *steps], max(skip, 1))
+        if value is not None:
+            out[str(r)] = value
+    return out
 
 
 def _view(row: dict) -> dict:
@@ -123,9 +136,26 @@ def _step_end_ns(nodes, step: int) -> int | None:
     return ends[step] if step < len(ends) and ends[step] >= 0 else None
 
 
-def _timeline(timed: Graph | None, real_nodes: dict, groups: dict, steps: int | None, world_size: int) -> dict:
+def _cosim_nodes(timed: Graph, out: Path, origin_ns: int | None) -> dict[int, tuple[Node, ...]]:
+    """The vranks' nodes at the times the co-simulation gave them (launcher clock), if it ran."""
+    path = cosim_timeline_path(out)
+    if origin_ns is None or not path.is_file():
+        return {}
+    nodes = {}
+    for r, rows in json.loads(path.read_text()).items():
+        mine = timed.nodes[int(r)]
+        nodes[int(r)] = tuple(dataclasses.replace(mine[i], start_ns=issue - origin_ns, duration_ns=end - issue)
+                              for i, issue, end in rows if issue >= origin_ns)
+    return nodes
+
+
+def _timeline(timed: Graph | None, real_nodes: dict, groups: dict, steps: int | None, world_size: int,
+              cosim: dict | None = None) -> dict:
     nodes = dict(real_nodes)
-    if timed is not None:
+    if cosim:
+        nodes.update({r: ns for r, ns in cosim.items() if r not in real_nodes})
+        groups = {**timed.groups, **groups}
+    elif timed is not None:
         shifts = [r_end - p_end for r, ns in real_nodes.items()
                   if (r_end := _step_end_ns(ns, 0)) is not None and (p_end := _step_end_ns(timed.nodes[r], 0)) is not None]
         shift = int(statistics.fmean(shifts)) if shifts else 0
@@ -137,9 +167,10 @@ def _timeline(timed: Graph | None, real_nodes: dict, groups: dict, steps: int | 
         groups = {**timed.groups, **groups}
     graph = Graph(world_size=world_size, nodes=nodes, groups=groups, kind="emulated")
     trace = to_chrome_trace(graph)
+    virtual = " (virtual, co-simulated)" if cosim else " (virtual, timed graph)"
     for ev in trace["traceEvents"]:
         if ev.get("name") == "process_name":
-            ev["args"]["name"] += " (real)" if ev["pid"] in real_nodes else " (virtual, timed graph)"
+            ev["args"]["name"] += " (real)" if ev["pid"] in real_nodes else virtual
     return trace
 
 
@@ -194,6 +225,7 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
         failure = e  # the report is still written: OOM is a result of the emulation
     ooms = {o.rank: o for o in failure.ooms} if failure is not None else {}
     real_nodes, groups = {}, {}
+    origin = None
     for r in ranks:
         rec = _record(out, r)
         row: dict = {"oom": False}
@@ -216,6 +248,7 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
                        measured_peak_memory_bytes=rec.summary.measured_peak_memory_bytes,
                        memory_source=rec.summary.memory_source)
             real_nodes[r] = tuple(rec.nodes)
+            origin = rec.clock_origin_ns
             step_ns = row.get("step_ms")
             if step_ns:
                 row["idle_fraction"] = idle_fraction(rec.nodes, [round(x * 1e6) for x in step_ns], skip)
@@ -239,7 +272,12 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / REPORT_FILE, json.dumps(data, indent=1))
     if real_nodes:
-        write_chrome_trace(out / TIMELINE_FILE, _timeline(timed, real_nodes, groups, options.steps, job.world_size))
+        cosim = _cosim_nodes(timed, out, origin) if timed is not None else {}
+        if cosim:
+            data["vranks_idle_fraction"] = _vrank_idle(cosim, skip)
+            atomic_write_text(out / REPORT_FILE, json.dumps(data, indent=1))
+        write_chrome_trace(out / TIMELINE_FILE, _timeline(timed, real_nodes, groups, options.steps, job.world_size,
+                                                          cosim))
     else:
         raise RunDirError(f"{out}: no sandbox rank left a record; see the logs there")
     log.info("emulation report in %s", out)

@@ -53,7 +53,7 @@ from .clock import AsapClock, Clock, CoSimClock, TimedClock, op_key
 from .device_serve import DeviceServer, lanes_of_replayer
 from .plan import Channel, plan_channels
 
-__all__ = ["ReplayerSpec", "Replayer", "clock_events_path", "replayer_result_path", "REPLAYER_MODULE"]
+__all__ = ["ReplayerSpec", "Replayer", "clock_events_path", "cosim_timeline_path", "replayer_result_path", "REPLAYER_MODULE"]
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,11 @@ def _store_client(addr: str, timeout_s: float) -> dist.Store:
     host, _, port = addr.rpartition(":")
     return dist.TCPStore(host, int(port), is_master=False, wait_for_workers=False,
                          timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def cosim_timeline_path(out_dir: str | Path) -> Path:
+    """The co-simulated vranks' node times (``CoSimClock.simulated``), on the real clock."""
+    return Path(out_dir) / "vranks.cosim.json"
 
 
 def replayer_result_path(out_dir: str | Path, index: int) -> Path:
@@ -312,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         events = getattr(replayer.clock, "events", None)
         if events is not None:  # real times of the vranks' ops (the emulated timeline)
             atomic_write_text(clock_events_path(spec.out_dir, spec.index), json.dumps(events))
+        simulated = getattr(replayer.clock, "simulated", None)
+        if simulated is not None and spec.index == 0:  # every replayer simulates all vranks alike
+            atomic_write_text(cosim_timeline_path(spec.out_dir), json.dumps(simulated()))
     except BaseException:
         atomic_write_text(error_path(spec.out_dir, spec.supervisor_key), f"replayer {spec.index}:\n{traceback.format_exc()}")
         return 1
