@@ -12,7 +12,9 @@ import json
 import statistics
 
 import pytest
+from rich.console import Console
 
+from prism.cli.emulate import whatif_table
 from prism.core.config import load_job
 from prism.core.whatif import SandboxChange
 from prism.sandbox.recording import record_job
@@ -57,7 +59,8 @@ def sandbox_mean_ms(graph_or_rows, skip=1):
 def test_the_emulation_of_a_changed_stage_follows_a_real_run_of_the_change(unchanged_run, tmp_path, factor):
     env = {VAR: f"1:{factor:g}"}
     report = emulate_and_report(unchanged_run, EmulateOptions(
-        ranks=SANDBOX, change=SandboxChange(env=tuple(env.items())), timeout_s=120, out_dir=str(tmp_path / "emu")))
+        ranks=SANDBOX, change=SandboxChange(env=tuple(env.items())), timeout_s=120, out_dir=str(tmp_path / "emu")),
+        baseline=factor > 1)  # once: the unchanged emulation beside the changed one
     data = json.loads((report.out_dir / "report.json").read_text())
     assert data["change"] == {"env": env} and data["clock"] == "timed"
     recorded = statistics.fmean(data["recorded"][str(r)]["mean_ms"] for r in SANDBOX)
@@ -70,6 +73,13 @@ def test_the_emulation_of_a_changed_stage_follows_a_real_run_of_the_change(uncha
         assert real > recorded * 1.2 and emulated > recorded * 1.2, (real, emulated, recorded)
     # ... and the vranks follow it: the emulation lands on the real run of the change
     assert emulated == pytest.approx(real, rel=TOLERANCE), (emulated, real, recorded)
+    if factor > 1:
+        baseline = statistics.fmean(data["baseline"][str(r)]["mean_ms"] for r in SANDBOX)
+        assert baseline == pytest.approx(recorded, rel=TOLERANCE) and emulated > baseline * 1.2
+        table = Console(width=200, record=True)
+        table.print(whatif_table(data, "PIPE_STAGE_SCALE=1:2"))
+        text = table.export_text()
+        assert "recorded" in text and "emulated, unchanged" in text and "emulated, changed" in text
     for r in SANDBOX:
         row = data["ranks"][str(r)]
         assert 0 <= row["idle_fraction"] < 1 and row["measured_peak_memory_bytes"] > 0
