@@ -74,6 +74,9 @@ def rel(a: float, b: float) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--factors", default="0.5,2", help="stage-1 compute factors to try")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="try this change instead of the factors (repeatable: one change each), e.g. "
+                        "PIPE_SYNC_SEND_STAGE=1 (stage 1 without P2P overlap)")
     p.add_argument("--steps", type=int, default=6, help="steps per run (1 warm-up)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--real-repeats", type=int, default=3)
@@ -91,8 +94,9 @@ def main() -> None:
         base_emu, _ = emulated_ms(run, SandboxChange(), "cosim", base / "emu-unchanged")
         console.print(f"unchanged: real {unchanged_real:.1f} ms, emulated {base_emu:.1f} ms "
                       f"({rel(base_emu, unchanged_real) * 100:+.2f} %)")
-        for f in (float(x) for x in ns.factors.split(",")):
-            env = {VAR: f"1:{f:g}"}
+        changes = ([(i, dict([kv.split("=", 1)])) for i, kv in enumerate(ns.env)] if ns.env else
+                   [(float(x), {VAR: f"1:{float(x):g}"}) for x in ns.factors.split(",")])
+        for f, env in changes:
             reals = [real_ms(job_with(env, ns.steps), base / f"real-{f:g}-{i}") for i in range(ns.real_repeats)]
             change = SandboxChange(env=tuple(env.items()))
             emus: dict[str, list[float]] = {"cosim": [], "offset": []}
@@ -100,7 +104,7 @@ def main() -> None:
                 for clock in emus:
                     emus[clock].append(emulated_ms(run, change, clock, base / f"emu-{clock}-{f:g}-{i}")[0])
             real = statistics.median(reals)
-            res = {"factor": f, "env": env, "real_ms": reals, "real_median_ms": real,
+            res = {"factor": f if not ns.env else None, "env": env, "real_ms": reals, "real_median_ms": real,
                    "emulated_ms": emus["cosim"], "emulated_median_ms": statistics.median(emus["cosim"]),
                    "error": rel(statistics.median(emus["cosim"]), real),
                    "offset_clock_ms": emus["offset"], "offset_clock_median_ms": statistics.median(emus["offset"]),
@@ -108,10 +112,10 @@ def main() -> None:
                    "load_average": os.getloadavg()[0]}
             results.append(res)
     table = Table(title=f"what-if on ranks {list(SANDBOX)}: {VAR}=1:F, W=4, from the unchanged recording")
-    for c in ("F", "real ms (median)", "emulated ms", "error", "offset clock ms", "offset clock error"):
+    for c in ("change", "real ms (median)", "emulated ms", "error", "offset clock ms", "offset clock error"):
         table.add_column(c, justify="right")
     for r in results:
-        table.add_row(f"{r['factor']:g}", f"{r['real_median_ms']:.1f}", f"{r['emulated_median_ms']:.1f}",
+        table.add_row(" ".join(f"{k}={v}" for k, v in r["env"].items()), f"{r['real_median_ms']:.1f}", f"{r['emulated_median_ms']:.1f}",
                       f"{r['error'] * 100:+.2f} %", f"{r['offset_clock_median_ms']:.1f}",
                       f"{r['offset_clock_error'] * 100:+.2f} %")
     console.print(table)

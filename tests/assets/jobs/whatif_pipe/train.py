@@ -2,8 +2,9 @@
 the what-if acceptance job (docs/whatif.md). Rank layout: rank = replica * pp + stage, so stage 1
 is ranks 1 and 3.
 
-The change under study: ``PIPE_STAGE_SCALE=S:F`` multiplies the compute of pipeline stage S by F
-(only the ranks of stage S read it; 0.5 = twice as fast). A plain PyTorch program.
+The changes under study: ``PIPE_STAGE_SCALE=S:F`` multiplies the compute of pipeline stage S by F
+(only the ranks of stage S read it; 0.5 = twice as fast); ``PIPE_SYNC_SEND_STAGE=S``: stage S sends
+with a blocking ``dist.send`` (no P2P overlap) instead of ``isend``. A plain PyTorch program.
 """
 import argparse
 import os
@@ -60,20 +61,27 @@ def main():
     opt = torch.optim.SGD([weight], lr=0.01)
     gen = torch.Generator().manual_seed(1000 + rank)
     pending = []
+    sync_send = os.environ.get("PIPE_SYNC_SEND_STAGE", "") == str(stage)
+
+    def send(t, dst):
+        if sync_send:
+            dist.send(t, dst=dst)
+        else:
+            pending.append(dist.isend(t, dst=dst))
 
     def forward():
         if prev_rank is not None:
             dist.irecv(act_in, src=prev_rank).wait()
         time.sleep(fwd_s)
         if next_rank is not None:
-            pending.append(dist.isend(act_out, dst=next_rank))
+            send(act_out, next_rank)
 
     def backward():
         if next_rank is not None:
             dist.irecv(grad_in, src=next_rank).wait()
         time.sleep(bwd_s)
         if prev_rank is not None:
-            pending.append(dist.isend(grad_out, dst=prev_rank))
+            send(grad_out, prev_rank)
 
     M = args.microbatches
     dist.barrier()
