@@ -219,6 +219,8 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     job = with_steps(options.change.apply(run.load_job()), options.steps)
     if options.memory_cap_bytes is not None:
         job = dataclasses.replace(job, memory_cap_bytes=options.memory_cap_bytes)
+    if options.clock not in ("cosim", "offset"):
+        raise PrismError(f"clock: must be 'cosim' or 'offset', got {options.clock!r}")
     ranks = tuple(sorted(set(options.ranks)))
     bad = [r for r in ranks if not 0 <= r < job.world_size]
     if not ranks or bad:
