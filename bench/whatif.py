@@ -53,18 +53,18 @@ def job_with(env: dict | None = None, steps: int | None = None):
     return dataclasses.replace(job, env=dict(env or {}))
 
 
-def real_ms(job, run: Path) -> float:
+def real_ms(job, run: Path, sandbox=SANDBOX) -> float:
     """Mean measured step of the sandbox ranks in a real run of ``job``."""
     graph = record_job(job, run, timeout_s=300)
     skip = job.iterations.warmup
-    return statistics.fmean(statistics.fmean(graph.summaries[r].step_times_ns[skip:]) / 1e6 for r in SANDBOX)
+    return statistics.fmean(statistics.fmean(graph.summaries[r].step_times_ns[skip:]) / 1e6 for r in sandbox)
 
 
-def emulated_ms(run: Path, change: SandboxChange, clock: str, out: Path) -> tuple[float, dict]:
-    rep = emulate_and_report(run, EmulateOptions(ranks=SANDBOX, change=change, clock=clock, timeout_s=300,
+def emulated_ms(run: Path, change: SandboxChange, clock: str, out: Path, sandbox=SANDBOX) -> tuple[float, dict]:
+    rep = emulate_and_report(run, EmulateOptions(ranks=sandbox, change=change, clock=clock, timeout_s=300,
                                                  out_dir=str(out)))
     rows = rep.data["ranks"]
-    return statistics.fmean(rows[str(r)]["mean_ms"] for r in SANDBOX), rep.data
+    return statistics.fmean(rows[str(r)]["mean_ms"] for r in sandbox), rep.data
 
 
 def rel(a: float, b: float) -> float:
@@ -77,6 +77,7 @@ def main() -> None:
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="try this change instead of the factors (repeatable: one change each), e.g. "
                         "PIPE_SYNC_SEND_STAGE=1 (stage 1 without P2P overlap)")
+    p.add_argument("--ranks", default="1,3", help="sandbox ranks (default: stage 1)")
     p.add_argument("--steps", type=int, default=6, help="steps per run (1 warm-up)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--real-repeats", type=int, default=3)
@@ -85,24 +86,25 @@ def main() -> None:
     ns = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     console = Console()
+    sandbox = tuple(int(r) for r in ns.ranks.split(","))
     results = []
     with tempfile.TemporaryDirectory(prefix="prism-whatif-") as tmp:
         base = Path(ns.keep or tmp)
         run = base / "unchanged"
-        unchanged_real = real_ms(job_with(steps=ns.steps), run)
+        unchanged_real = real_ms(job_with(steps=ns.steps), run, sandbox)
         calibrate_run(run, slice_size=2, timeout_s=300)
-        base_emu, _ = emulated_ms(run, SandboxChange(), "cosim", base / "emu-unchanged")
+        base_emu, _ = emulated_ms(run, SandboxChange(), "cosim", base / "emu-unchanged", sandbox)
         console.print(f"unchanged: real {unchanged_real:.1f} ms, emulated {base_emu:.1f} ms "
                       f"({rel(base_emu, unchanged_real) * 100:+.2f} %)")
         changes = ([(i, dict([kv.split("=", 1)])) for i, kv in enumerate(ns.env)] if ns.env else
                    [(float(x), {VAR: f"1:{float(x):g}"}) for x in ns.factors.split(",")])
         for f, env in changes:
-            reals = [real_ms(job_with(env, ns.steps), base / f"real-{f:g}-{i}") for i in range(ns.real_repeats)]
+            reals = [real_ms(job_with(env, ns.steps), base / f"real-{f:g}-{i}", sandbox) for i in range(ns.real_repeats)]
             change = SandboxChange(env=tuple(env.items()))
             emus: dict[str, list[float]] = {"cosim": [], "offset": []}
             for i in range(ns.repeats):  # alternated: the host's load drifts
                 for clock in emus:
-                    emus[clock].append(emulated_ms(run, change, clock, base / f"emu-{clock}-{f:g}-{i}")[0])
+                    emus[clock].append(emulated_ms(run, change, clock, base / f"emu-{clock}-{f:g}-{i}", sandbox)[0])
             real = statistics.median(reals)
             res = {"factor": f if not ns.env else None, "env": env, "real_ms": reals, "real_median_ms": real,
                    "emulated_ms": emus["cosim"], "emulated_median_ms": statistics.median(emus["cosim"]),
@@ -111,7 +113,7 @@ def main() -> None:
                    "offset_clock_error": rel(statistics.median(emus["offset"]), real),
                    "load_average": os.getloadavg()[0]}
             results.append(res)
-    table = Table(title=f"what-if on ranks {list(SANDBOX)}, W=4, from the unchanged recording")
+    table = Table(title=f"what-if on ranks {list(sandbox)}, W=4, from the unchanged recording")
     for c in ("change", "real ms (median)", "emulated ms", "error", "offset clock ms", "offset clock error"):
         table.add_column(c, justify="right")
     for r in results:
@@ -119,7 +121,7 @@ def main() -> None:
                       f"{r['error'] * 100:+.2f} %", f"{r['offset_clock_median_ms']:.1f}",
                       f"{r['offset_clock_error'] * 100:+.2f} %")
     console.print(table)
-    summary = {"benchmark": "whatif", "job": str(JOB.relative_to(ROOT)), "sandbox": list(SANDBOX),
+    summary = {"benchmark": "whatif", "job": str(JOB.relative_to(ROOT)), "sandbox": list(sandbox),
                "steps": ns.steps, "target_abs_error": 0.02,
                "unchanged": {"real_ms": unchanged_real, "emulated_ms": base_emu,
                              "error": rel(base_emu, unchanged_real)},
