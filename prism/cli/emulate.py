@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 
 from rich.console import Console
@@ -14,6 +15,7 @@ from rich.table import Table
 from prism.core.ranks import parse_rank_ranges
 from prism.core.rundir import RunDir
 from prism.core.units import parse_bytes
+from prism.core.whatif import SandboxChange, parse_env_items
 from prism.vrank_replayer import EmulateOptions
 from prism.vrank_replayer.emulate_report import emulate_and_report
 
@@ -41,6 +43,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-memory-pass", dest="memory", action="store_const", const="inline", default="pass",
                    help="CPU: track the peaks inside the timed emulation (one run instead of two, but the "
                         "tracker costs ~5 us per aten op in every step)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="what-if: set this environment variable in the sandbox ranks only (repeatable)")
+    p.add_argument("--args", default=None, metavar="'ARGS'",
+                   help="what-if: the sandbox ranks run the script with these arguments instead, one "
+                        "shell-quoted string (--args='--steps 4 --fwd-ms 5')")
+    p.add_argument("--entrypoint", default="", metavar="FILE",
+                   help="what-if: the sandbox ranks run this script instead of the recorded one")
+    p.add_argument("--baseline", action="store_true",
+                   help="what-if: run the unchanged emulation first and show it beside the changed one")
     p.add_argument("--json", action="store_true", help="print report.json")
     add_device_arguments(p)
 
@@ -56,13 +67,43 @@ def _ms(x) -> str:
     return "—" if x is None else f"{x:.2f}"
 
 
+def _pct(x) -> str:
+    return "—" if x is None else f"{x * 100:.1f} %"
+
+
+def _mib(x) -> str:
+    return "—" if x is None or x < 0 else f"{x / 2**20:.2f} MiB"
+
+
+def whatif_table(data: dict, change: str) -> Table:
+    """Per sandbox rank: the recorded run, the unchanged emulation (``--baseline``) and this one."""
+    table = Table(title=f"what-if: {escape(change)} on ranks {data['sandbox_ranks']}", title_justify="left")
+    for col in ("rank", "run", "iteration ms (mean)", "vs recorded", "idle", "peak memory (measured)"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    this = "emulated, changed" if "change" in data else "emulated"
+    for r, row in sorted(data["ranks"].items(), key=lambda kv: int(kv[0])):
+        rec = data.get("recorded", {}).get(r, {})
+        views = [("recorded", rec), ("emulated, unchanged", data.get("baseline", {}).get(r)), (this, row)]
+        for name, v in views:
+            if not v:
+                continue
+            mean, ref = v.get("mean_ms"), rec.get("mean_ms")
+            diff = f"{(mean - ref) / ref * 100:+.1f} %" if mean is not None and ref and v is not rec else ""
+            table.add_row(r, name, _ms(mean), diff, _pct(v.get("idle_fraction")),
+                          _mib(v.get("measured_peak_memory_bytes")))
+    return table
+
+
 def run(args: argparse.Namespace) -> int:
     world = RunDir(Path(args.run_dir)).load_job().world_size
+    change = SandboxChange(env=parse_env_items(args.env),
+                           args=tuple(shlex.split(args.args)) if args.args is not None else None,
+                           entrypoint=str(Path(args.entrypoint).resolve()) if args.entrypoint else "")
     options = EmulateOptions(ranks=parse_rank_ranges(args.ranks, world), steps=args.steps,
                              num_replayers=args.replayers, graph_kind=args.graph, timeout_s=args.timeout,
                              memory_cap_bytes=args.memory_cap, profile=args.profile, memory=args.memory,
-                             **device_options(args))
-    report = emulate_and_report(args.run_dir, options, use_timed=not args.asap)
+                             change=change, **device_options(args))
+    report = emulate_and_report(args.run_dir, options, use_timed=not args.asap, baseline=args.baseline)
     data = report.data
     code = EXIT_OOM if "failed" in data else 0
     if args.json:
@@ -84,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
                       str(len(row.get("diverged_ops", []))), " ".join("—" if x != x else f"{x:.6f}" for x in row.get("losses", [])))
     console = Console()
     console.print(table)
+    if "change" in data or "baseline" in data or "recorded" in data:
+        console.print(whatif_table(data, change.summary()))
     for r, row in sorted(data["ranks"].items(), key=lambda kv: int(kv[0])):
         if row["oom"]:
             console.print(f"[bold red]rank {r} ran out of memory[/] at step {row['oom']['step']}: "

@@ -118,7 +118,7 @@ def _spec(job: JobConfig, rank: int, *, out_dir: Path, timeout_s: float, options
     return WorkerSpec(
         shim=shim, engine="coordinator",
         entrypoint=workspace.entrypoint, args=job.args, cwd=workspace.cwd, out_dir=str(out_dir),
-        env=dict(job.env), cuda_backend="gloo", engine_options=options,
+        env=job.rank_env(), cuda_backend="gloo", engine_options=options,
         memory_cap_bytes=job.memory_cap_bytes, observe_other_groups=job.templates == "dp",
         warmup_steps=job.iterations.warmup, measured_steps=job.iterations.measured,
     )

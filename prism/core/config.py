@@ -7,6 +7,7 @@ raises :class:`ConfigError` naming the dotted key path (``iterations.warmup``).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import types
@@ -20,11 +21,16 @@ import yaml
 from .boundary import check_in_script, parse_boundary
 from .errors import ConfigError
 
-__all__ = ["JobConfig", "Isolation", "ISOLATION_MODES", "Iterations", "Parallelism", "ValuesPolicy", "CommInputs", "CommRule", "load_job",
+__all__ = ["JobConfig", "Isolation", "ISOLATION_MODES", "Iterations", "Parallelism", "MoeRouter", "BalanceRatio",
+           "MOE_ROUTER_ENV", "ROUTER_LOG_GLOB", "ValuesPolicy", "CommInputs", "CommRule", "load_job",
            "job_from_dict", "job_to_dict", "MESH_DIMS", "COMM_OP_NAMES", "RULE_FILLS", "FILLERS", "CONTROL_FLOW_DTYPES",
            "normalize_dtype"]
 
 MESH_DIMS = ("pp", "dp", "cp", "tp")
+MOE_ROUTER_ENV = "PRISM_MOE_ROUTER"
+"""How the workers get the job's ``moe_router`` (JSON; prism.sandbox.moe_router installs it)."""
+ROUTER_LOG_GLOB = "rank-*.moe_router.json"
+"""The router's per-rank log of what it sent per gating call (in the worker's out dir)."""
 """The default mesh order (outermost first) of ``parallelism.mesh``: torchtitan's and the hybrid
 example's ``init_device_mesh(device, (pp, dp, tp))``; rank = ((pp*dp + dp)*cp + cp)*tp + tp."""
 COMM_OP_NAMES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather",
@@ -54,6 +60,36 @@ class Iterations:
     """Where a step ends when the script steps no optimizer: ``FILE.py:LINE`` (the statement there
     finishes), ``module:function`` or ``function`` (a call returns). Empty: ``optimizer.step``,
     ``prism.mark_step()``, else the period of each rank's comm sequence (prism.core.boundary)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BalanceRatio:
+    """The distribution of the MoE balance ratio (tokens a rank's experts get over the even share)
+    over one iteration's gating calls and the ranks of an EP group (PrismLLM appendix F)."""
+
+    min: float
+    max: float
+    avg: float = 1.0
+    """1 by definition (an EP group's tokens are conserved); other values are refused."""
+    std: float
+    med: float
+    skew: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MoeRouter:
+    """The MoE mock router (docs/moe-router.md): overwrite a gate's logits in place so expert loads
+    follow a balance-ratio distribution."""
+
+    gate: str
+    """``Class.attr.path``: the submodule ``attr.path`` of every module of class ``Class`` is the
+    gate; its output (``[tokens, experts]`` logits) is overwritten."""
+    br: BalanceRatio
+    ep: int = 0
+    """EP group size (consecutive blocks of ranks); 0 = ``parallelism.ep``."""
+    experts_per_rank: int = 0
+    """0 = the logits' last dimension / ep."""
+    seed: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -194,8 +230,22 @@ class JobConfig:
     """Per-rank memory cap (0: none) applied by ``prism record`` and ``prism emulate``: a rank whose
     memory would exceed it fails with ``torch.OutOfMemoryError`` (CPU: the tracked storage bytes;
     CUDA: the caching allocator, ``torch.cuda.set_per_process_memory_fraction``)."""
+    moe_router: MoeRouter | None = None
+    """The MoE mock router plug-in (docs/moe-router.md); None: off."""
     base_dir: str = "."
     """Directory the job file was loaded from (not a YAML key): relative paths resolve here."""
+
+    def rank_env(self) -> dict[str, str]:
+        """The environment every rank worker gets: ``env`` plus the plug-ins' settings."""
+        env = dict(self.env)
+        if self.moe_router is not None:
+            env[MOE_ROUTER_ENV] = json.dumps(dataclasses.asdict(self.moe_router) | {"ep": self.router_ep})
+        return env
+
+    @property
+    def router_ep(self) -> int:
+        assert self.moe_router is not None
+        return self.moe_router.ep or (self.parallelism.ep if self.parallelism is not None else 1)
 
     @property
     def is_module(self) -> bool:
@@ -272,6 +322,10 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
                 raise ConfigError(f"{key}.{k}", f"expected a scalar, got {type(v).__name__}")
             out[str(k)] = str(v) if not isinstance(v, bool) else str(v).lower()
         return out
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(key, f"expected a number, got {value!r}")
+        return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(key, f"expected an integer, got {value!r}")
@@ -350,6 +404,7 @@ def _check(job: JobConfig) -> None:
     if job.isolation.mode not in ISOLATION_MODES:
         raise ConfigError("isolation.mode", f"must be one of {', '.join(ISOLATION_MODES)}, got {job.isolation.mode!r}")
     _positive("isolation.max_copy_bytes", job.isolation.max_copy_bytes, allow_zero=True)
+    _check_router(job)
     if not job.is_module and not job.script_path.is_file():
         raise ConfigError("entrypoint", f"script not found: {job.script_path}")
     assert math.isfinite(job.world_size)
@@ -410,6 +465,27 @@ def _check_rule(rule: CommRule, key: str, job: JobConfig) -> None:
                               f"got {rule.hook!r}")
         if where.endswith(".py") and not (Path(job.base_dir) / where).is_file():
             raise ConfigError(f"{key}.hook", f"file not found: {Path(job.base_dir) / where}")
+
+
+def _check_router(job: JobConfig) -> None:
+    r = job.moe_router
+    if r is None:
+        return
+    if r.gate.count(".") < 1 or not all(part.isidentifier() for part in r.gate.split(".")):
+        raise ConfigError("moe_router.gate", f"expected 'Class.attribute' (e.g. MoEModel.router), got {r.gate!r}")
+    if job.router_ep < 2 or job.world_size % job.router_ep:
+        raise ConfigError("moe_router.ep", f"must be > 1 and divide world_size {job.world_size}, got {job.router_ep}")
+    _positive("moe_router.experts_per_rank", r.experts_per_rank, allow_zero=True)
+    br = r.br
+    if abs(br.avg - 1.0) > 1e-6:
+        raise ConfigError("moe_router.br.avg", f"must be 1 (the tokens of an EP group are conserved), got {br.avg}")
+    if not 0 <= br.min <= br.med <= br.max or not br.min <= 1.0 <= br.max:
+        raise ConfigError("moe_router.br", f"need 0 <= min <= med <= max and min <= 1 <= max, got min {br.min}, "
+                          f"med {br.med}, max {br.max}")
+    if br.max > job.router_ep:
+        raise ConfigError("moe_router.br.max", f"a rank cannot get more than all {job.router_ep} shares, got {br.max}")
+    if br.std < 0:
+        raise ConfigError("moe_router.br.std", f"must be >= 0, got {br.std}")
 
 
 def _check_templates(job: JobConfig) -> None:
@@ -486,4 +562,6 @@ def job_to_dict(job: JobConfig) -> dict[str, Any]:
             out["comm_inputs"]["run"] = str((Path(job.base_dir) / job.comm_inputs.run).resolve())
     if job.templates == "none":
         out.pop("templates")
+    if job.moe_router is None:
+        out.pop("moe_router")
     return out

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from prism.core.config import JobConfig
+from prism.core.config import ROUTER_LOG_GLOB, JobConfig
 from prism.core.hosts import LocalHost
 from prism.core.supervise import Supervisor, package_env
 from prism.core.errors import RankFailedError
@@ -82,7 +82,7 @@ def worker_spec(job: JobConfig, rank: int, *, engine: str, out_dir: str, store_a
         args=job.args,
         cwd=workspace.cwd if workspace else job.base_dir if job.is_module else str(job.script_path.parent),
         out_dir=out_dir,
-        env=dict(job.env),
+        env=job.rank_env(),
         cuda_backend=cuda_backend,
         engine_options=dict(engine_options or {}),
         memory_cap_bytes=job.memory_cap_bytes,
@@ -173,6 +173,9 @@ def launch_ranks(
                 records.append(pickle.load(f))
         return records
     finally:
+        for path in work.glob(ROUTER_LOG_GLOB):  # what the MoE mock router sent, per call: kept with the logs
+            log_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, log_dir / path.name)
         shutil.rmtree(work, ignore_errors=True)  # specs, records, error files: read above
 
 

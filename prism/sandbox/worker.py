@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 
 from prism.core.atomic import atomic_write_bytes, atomic_write_text
+from prism.core.config import MOE_ROUTER_ENV
 from prism.core.workerspec import WorkerSpec, error_path, oom_path, record_path
 from prism.graph.records import RankRecord
 
@@ -27,6 +28,7 @@ from . import backend as pg_backend
 from . import opwatch
 from .engines.base import ENGINE_NAMES, CommEngine
 from .memory import MemoryMeter
+from .moe_router import install_router
 from .profiling import RankProfiler
 from .shim import install, run_entrypoint
 
@@ -121,6 +123,9 @@ def run_rank(spec: WorkerSpec) -> RankRecord:
     if spec.observe_other_groups:
         _observe_other_groups(sandbox.recorder)
     recorder = sandbox.recorder
+    if os.environ.get(MOE_ROUTER_ENV):  # the job's moe_router plug-in
+        install_router(os.environ[MOE_ROUTER_ENV], rank=spec.shim.rank, out_dir=spec.out_dir,
+                       current_step=lambda: recorder.current_step)
     publisher = _publisher(spec, recorder)
     meter = MemoryMeter(spec.shim.device, cap_bytes=spec.memory_cap_bytes, rank=spec.shim.rank,
                         device_index=spec.shim.local_rank, current_step=lambda: recorder.current_step,

@@ -3,7 +3,10 @@
 :class:`AsapClock` answers at once (calibration slices, value-only emulation). :class:`TimedClock`
 is the real-time co-simulation of DESIGN §8: each vrank advances through the *timed* graph
 (calibrated compute durations, the predicted waits on other vranks) in real time, and its clock is
-re-anchored on the real events it shares with the sandbox (docs/emulate.md).
+re-anchored on the real events it shares with the sandbox (docs/emulate.md). :class:`CoSimClock`
+(the replayer's default) replaces the per-vrank offsets by an online discrete-event simulation of
+all vranks whose ops with the sandbox complete at their real times, so vranks follow a sandbox
+that runs a changed program through any chain of dependencies (docs/whatif.md).
 
 The arithmetic (:class:`VrankSchedule`, :meth:`TimedClock.issue_at_ns`,
 :meth:`TimedClock.complete_at`) is pure and takes times as arguments; only
@@ -41,9 +44,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from prism.core.errors import GraphError
+from prism.graph.livesim import LiveSim
 from prism.graph.records import Graph, Node, NodeKind
 
-__all__ = ["Clock", "AsapClock", "TimedClock", "VrankOp", "VrankSchedule", "op_key"]
+__all__ = ["Clock", "AsapClock", "CoSimClock", "TimedClock", "VrankOp", "VrankSchedule", "op_key"]
 
 OpKey = tuple
 _WAKEUPS_KEPT = 64
@@ -251,3 +255,75 @@ class TimedClock:
         self.complete_at(vrank, node, now)
         with self._lock:
             self.events.append((vrank, self._op(vrank, node).index, "complete", now))
+
+
+class CoSimClock:
+    """Real-time co-simulation that follows the sandbox (docs/whatif.md): the vranks are a
+    :class:`~prism.graph.livesim.LiveSim` of the timed graph whose ops with the sandbox complete at
+    the real times the replayer reports. A vrank op is issued at its simulated time; when a sandbox
+    rank is earlier or later than the timed graph (a changed program), every vrank that depends on
+    it through any chain of ops moves with it, and the others keep their calibrated pace."""
+
+    def __init__(self, timed: Graph, sandbox: Iterable[int], *, served: Iterable[OpKey] | None = None,
+                 timeout_s: float = 600.0) -> None:
+        self.sim = LiveSim(timed, sandbox, served=served)
+        self.timeout_s = timeout_s
+        self._cond = threading.Condition()
+        self.events: list[tuple[int, int, str, int]] = []
+        """(vrank, op index, ``issue`` | ``complete``, perf_counter_ns) of the ops played for real."""
+        self._wakeups: deque[float] = deque(maxlen=_WAKEUPS_KEPT)
+        self._lead_ns = 0.0
+
+    def issue_at_ns(self, vrank: int, node: Node) -> float | None:
+        """Real time at which ``vrank`` issues ``node`` (None: not known yet)."""
+        with self._cond:
+            return self.sim.issue_ns(vrank, op_key(node))
+
+    def wait_until_issue(self, vrank: int, node: Node) -> None:
+        key = op_key(node)
+        deadline = time.monotonic() + self.timeout_s
+        with self._cond:
+            self.sim.announce(vrank, key)
+            while True:
+                if time.monotonic() > deadline:
+                    raise GraphError(f"vrank {vrank}: waited {self.timeout_s:.0f} s to issue {node.kind.value} "
+                                     f"g{node.group_id}:{node.seq}; the vranks it depends on never got there")
+                due = self.sim.issue_ns(vrank, key)
+                if due is None:
+                    self._cond.wait(timeout=1.0)
+                    continue
+                now = time.perf_counter_ns()
+                wake_ns = due - self._lead_ns
+                if now >= wake_ns:
+                    self.events.append((vrank, self.sim.index_of[(vrank, key)], "issue", now))
+                    return
+                timeout_s = min((wake_ns - now) / 1e9, 1.0)
+                if not self._cond.wait(timeout=timeout_s):
+                    self._woke_late(time.perf_counter_ns() - now - timeout_s * 1e9)
+
+    def wake_lead_ns(self) -> float:
+        """As :meth:`TimedClock.wake_lead_ns`."""
+        return self._lead_ns
+
+    def _woke_late(self, late_ns: float) -> None:
+        self._wakeups.append(max(0.0, late_ns))
+        self._lead_ns = min(statistics.median(self._wakeups), _MAX_LEAD_NS)
+
+    def complete_at(self, vrank: int, node: Node, real_ns: int) -> None:
+        key = op_key(node)
+        with self._cond:
+            self.sim.report(vrank, key, real_ns)
+            self.events.append((vrank, self.sim.index_of[(vrank, key)], "complete", real_ns))
+            self._cond.notify_all()
+
+    def on_complete(self, vrank: int, node: Node) -> None:
+        self.complete_at(vrank, node, time.perf_counter_ns())
+
+    def simulated(self) -> dict[str, list[tuple[int, int, int]]]:
+        """Per vrank, ``(node index, reached, done)`` on the real clock of every node the
+        simulation got to (the vranks' emulated timeline)."""
+        with self._cond:
+            sim = self.sim
+            return {str(r): [(i, sim.issue[r][i], sim.end[r][i]) for i in range(len(sim.issue[r]))
+                             if sim.issue[r][i] > 0 and sim.end[r][i] >= sim.issue[r][i]]
+                    for r in sim.ranks}

@@ -21,8 +21,10 @@ from pathlib import Path
 
 from prism.analysis.gantt import write_gantt
 from prism.core.atomic import atomic_write_text
+from prism.core.balance import router_summary
 from prism.core.errors import RankOOMError, RunDirError
 from prism.core.rundir import RunDir
+from prism.core.whatif import SandboxChange
 from prism.core.workerspec import record_path
 from prism.graph.export import to_chrome_trace, write_chrome_trace
 from prism.graph.io import read_graph
@@ -30,9 +32,10 @@ from prism.graph.records import Graph, GroupInfo, Node, NodeKind
 
 from .calibrate_run import ensure_recorded
 from .launch import PROFILE_DIR, EmulateOptions, EmulateResult, emulate
+from .replayer import cosim_timeline_path
 
-__all__ = ["EmulationReport", "emulate_and_report", "emulation_graph", "load_emulation", "summarize_steps",
-           "REPORT_FILE", "TIMELINE_FILE", "GANTT_FILE"]
+__all__ = ["EmulationReport", "emulate_and_report", "emulation_graph", "load_emulation", "idle_fraction",
+           "summarize_steps", "REPORT_FILE", "TIMELINE_FILE", "GANTT_FILE"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,68 @@ def summarize_steps(steps_ns, skip: int) -> dict:
             "p50_ms": statistics.median(kept) if kept else None, "measured_steps": len(kept)}
 
 
+def idle_fraction(nodes, step_times_ns, skip: int) -> float | None:
+    """The share of the measured steps (after ``skip``) that a rank spent outside its compute
+    spans: waiting on its peers (the pipeline bubble, a straggler) and communicating."""
+    total = sum(step_times_ns[skip:])
+    if total <= 0:
+        return None
+    busy = sum(n.duration_ns for n in nodes if n.kind is NodeKind.COMPUTE and n.step >= skip
+               and n.step < len(step_times_ns) and n.duration_ns > 0)
+    return max(0.0, 1.0 - busy / total)
+
+
+def _vrank_idle(cosim: dict[int, tuple[Node, ...]], skip: int) -> dict[str, float]:
+    """Each co-simulated vrank's idle fraction over its steps after ``skip`` (the steps it ended)."""
+    out = {}
+    for r, ns in sorted(cosim.items()):
+        ends = [n.start_ns for n in ns if n.kind is NodeKind.MARK and n.mark == "step_end"]
+        steps = [b - a for a, b in zip(ends, ends[1:])]  # the first step's start is start-up
+        value = idle_fraction([n for n in ns if n.step >= 1], [0, *steps], max(skip, 1))
+        if value is not None:
+            out[str(r)] = value
+    return out
+
+
+def _view(row: dict) -> dict:
+    """What a comparison shows of one rank: iteration time, idle, peak memory."""
+    keys = ("mean_ms", "p50_ms", "idle_fraction", "measured_peak_memory_bytes", "peak_memory_bytes", "oom")
+    return {k: row[k] for k in keys if k in row}
+
+
+def _recorded(run: RunDir, ranks, skip: int, steps: int | None) -> dict:
+    """The recorded (real) run's view of the sandbox ranks, when RUN/graph/real exists."""
+    real_dir = run.graph_dir("real")
+    if not (real_dir / "manifest.pb").is_file():
+        return {}
+    real = read_graph(real_dir)
+    out = {}
+    for r in ranks:
+        summary = real.summaries.get(r)
+        if summary is None:
+            continue
+        step_ns = tuple(summary.step_times_ns)[:steps]
+        row = summarize_steps(step_ns, skip)
+        row.update(idle_fraction=idle_fraction(real.nodes.get(r, ()), step_ns, skip),
+                   measured_peak_memory_bytes=summary.measured_peak_memory_bytes,
+                   peak_memory_bytes=summary.peak_memory_bytes)
+        out[str(r)] = _view(row)
+    return out
+
+
+def _router(run: RunDir, out: Path, ranks, world_size: int) -> dict:
+    """The MoE mock router's realised balance ratios: the sandbox ranks' own logs, the recorded
+    run's (or capture run's) for the vranks, whose tokens the recorded values carry."""
+    logs = []
+    for r in range(world_size):
+        name = f"rank-{r:05d}.moe_router.json"
+        where = [out] if r in ranks else [run.logs, run.root / "capture" / "workers"]
+        path = next((d / name for d in where if (d / name).is_file()), None)
+        if path is not None:
+            logs.append(json.loads(path.read_text()))
+    return router_summary(logs) if logs else {}
+
+
 def _record(out: Path, rank: int):
     path = record_path(out, rank)
     if not path.is_file():
@@ -74,12 +139,29 @@ def _step_end_ns(nodes, step: int) -> int | None:
     return ends[step] if step < len(ends) and ends[step] >= 0 else None
 
 
-def emulation_graph(timed: Graph | None, real_nodes: dict, groups: dict, steps: int | None, world_size: int) -> Graph:
+def _cosim_nodes(timed: Graph, out: Path, origin_ns: int | None) -> dict[int, tuple[Node, ...]]:
+    """The vranks' nodes at the times the co-simulation gave them (launcher clock), if it ran."""
+    path = cosim_timeline_path(out)
+    if origin_ns is None or not path.is_file():
+        return {}
+    nodes = {}
+    for r, rows in json.loads(path.read_text()).items():
+        mine = timed.nodes[int(r)]
+        nodes[int(r)] = tuple(dataclasses.replace(mine[i], start_ns=issue - origin_ns, duration_ns=end - issue)
+                              for i, issue, end in rows if issue >= origin_ns)
+    return nodes
+
+
+def emulation_graph(timed: Graph | None, real_nodes: dict, groups: dict, steps: int | None, world_size: int,
+                    cosim: dict | None = None) -> Graph:
     """The emulated run as one graph: the sandbox ranks' recorded nodes (launcher clock) and the
-    vranks' timed-graph nodes, shifted so that the sandbox ranks' predicted end of step 0 meets
-    their real one."""
+    vranks' nodes — at the co-simulation's times when it ran (``cosim``), else the timed graph's,
+    shifted so that the sandbox ranks' predicted end of step 0 meets their real one."""
     nodes = dict(real_nodes)
-    if timed is not None:
+    if cosim:
+        nodes.update({r: ns for r, ns in cosim.items() if r not in real_nodes})
+        groups = {**timed.groups, **groups}
+    elif timed is not None:
         shifts = [r_end - p_end for r, ns in real_nodes.items()
                   if (r_end := _step_end_ns(ns, 0)) is not None and (p_end := _step_end_ns(timed.nodes[r], 0)) is not None]
         shift = int(statistics.fmean(shifts)) if shifts else 0
@@ -116,11 +198,12 @@ def load_emulation(out_dir: str | Path) -> Graph:
     return dataclasses.replace(graph, summaries=summaries)
 
 
-def _timeline(graph: Graph, real_ranks) -> dict:
+def _timeline(graph: Graph, real_ranks, *, cosim: bool = False) -> dict:
     trace = to_chrome_trace(graph)
+    virtual = " (virtual, co-simulated)" if cosim else " (virtual, timed graph)"
     for ev in trace["traceEvents"]:
         if ev.get("name") == "process_name":
-            ev["args"]["name"] += " (real)" if ev["pid"] in real_ranks else " (virtual, timed graph)"
+            ev["args"]["name"] += " (real)" if ev["pid"] in real_ranks else virtual
     return trace
 
 
@@ -138,10 +221,27 @@ def _write_gantt(graph: Graph, skip: int, out: Path) -> None:
 
 
 def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_timed: bool = True,
-                       skip_steps: int | None = None) -> EmulationReport:
+                       skip_steps: int | None = None, baseline: bool = False) -> EmulationReport:
     """Run :func:`~.launch.emulate` (with the timed graph when RUN/graph/timed exists and
-    ``use_timed``) into RUN/emulations/<id>/ and write report.json and timeline.json there."""
+    ``use_timed``) into RUN/emulations/<id>/ and write report.json and timeline.json there.
+
+    A what-if (``options.change``): report.json names the change and, per sandbox rank, shows the
+    recorded run's ``recorded`` view beside it; with ``baseline`` the unchanged emulation runs
+    first (into ``<id>/baseline/``) and its view is under ``baseline``."""
     run = RunDir(Path(run_dir))
+    if baseline:
+        ranks = tuple(sorted(set(options.ranks)))
+        out = Path(options.out_dir) if options.out_dir else (
+            run.root / "emulations" / f"{time.strftime('%Y%m%d-%H%M%S')}-ranks-{'_'.join(map(str, ranks))}")
+        base = emulate_and_report(run_dir, dataclasses.replace(options, change=SandboxChange(),
+                                                               out_dir=str(out / "baseline")),
+                                  use_timed=use_timed, skip_steps=skip_steps)
+        report = emulate_and_report(run_dir, dataclasses.replace(options, out_dir=str(out)),
+                                    use_timed=use_timed, skip_steps=skip_steps)
+        report.data["baseline"] = {r: _view(row) for r, row in base.data["ranks"].items()}
+        report.data["baseline_dir"] = str(base.out_dir)
+        atomic_write_text(report.out_dir / REPORT_FILE, json.dumps(report.data, indent=1))
+        return report
     job = run.load_job()
     timed_dir = run.graph_dir("timed")
     timed = read_graph(timed_dir) if use_timed and (timed_dir / "manifest.pb").is_file() else None
@@ -157,6 +257,8 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
     data: dict = {"world_size": job.world_size, "sandbox_ranks": list(ranks), "skip_steps": skip,
                   "clock": "timed" if timed is not None else "asap", "steps": options.steps,
                   "memory_cap_bytes": cap, "ranks": {}, "timed_graph_dir": options.timed_graph_dir}
+    if not options.change.is_empty:
+        data["change"] = options.change.describe()
     if options.profile:
         data["profile_dir"] = str(out / PROFILE_DIR)
     if not options.recorded_dir:
@@ -169,6 +271,7 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
         failure = e  # the report is still written: OOM is a result of the emulation
     ooms = {o.rank: o for o in failure.ooms} if failure is not None else {}
     real_nodes, groups = {}, {}
+    origin = None
     for r in ranks:
         rec = _record(out, r)
         row: dict = {"oom": False}
@@ -191,6 +294,10 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
                        measured_peak_memory_bytes=rec.summary.measured_peak_memory_bytes,
                        memory_source=rec.summary.memory_source)
             real_nodes[r] = tuple(rec.nodes)
+            origin = rec.clock_origin_ns
+            step_ns = row.get("step_ms")
+            if step_ns:
+                row["idle_fraction"] = idle_fraction(rec.nodes, [round(x * 1e6) for x in step_ns], skip)
             groups.update({g.group_id: g for g in rec.groups})
         if timed is not None:
             ends = [n.start_ns for n in timed.nodes[r] if n.kind is NodeKind.MARK and n.mark == "step_end"]
@@ -198,6 +305,11 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
             row["predicted_mean_ms"] = pred["mean_ms"]
             row["predicted_step_ms"] = pred["step_ms"]
         data["ranks"][str(r)] = row
+    if job.moe_router is not None:
+        data["moe_router"] = _router(run, out, ranks, job.world_size)
+    recorded = _recorded(run, ranks, skip, options.steps)
+    if recorded:
+        data["recorded"] = recorded
     if failure is not None:
         data["failed"] = {"rank": failure.rank, "oom": True, "oom_ranks": sorted(ooms)}
     if result is not None:
@@ -206,8 +318,12 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / REPORT_FILE, json.dumps(data, indent=1))
     if real_nodes:
-        graph = emulation_graph(timed, real_nodes, groups, options.steps, job.world_size)
-        write_chrome_trace(out / TIMELINE_FILE, _timeline(graph, real_nodes))
+        cosim = _cosim_nodes(timed, out, origin) if timed is not None else {}
+        if cosim:
+            data["vranks_idle_fraction"] = _vrank_idle(cosim, skip)
+            atomic_write_text(out / REPORT_FILE, json.dumps(data, indent=1))
+        graph = emulation_graph(timed, real_nodes, groups, options.steps, job.world_size, cosim)
+        write_chrome_trace(out / TIMELINE_FILE, _timeline(graph, real_nodes, cosim=bool(cosim)))
         _write_gantt(graph, skip, out)
     else:
         raise RunDirError(f"{out}: no sandbox rank left a record; see the logs there")

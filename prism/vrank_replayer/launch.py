@@ -41,6 +41,7 @@ from prism.core.layout import DeviceLayout, device_layout
 from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
 from prism.core.atomic import atomic_write_bytes
+from prism.core.whatif import SandboxChange
 from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, record_path, with_ooms
 from prism.graph.io import read_graph, verify_graph
 from prism.graph.memory_pass import memory_pass_job, needs_memory_pass, timed_pass_job, with_tracked_peaks
@@ -107,6 +108,13 @@ class EmulateOptions:
     runs that only time, such as calibration slices)."""
     phase: str = ""
     """Names the run's outputs, RUN/outputs/<phase>/ (prism.core.isolation); "" = emulate/<the out dir's name>."""
+    change: SandboxChange = SandboxChange()
+    """What-if: the sandbox ranks run the job with this change (env, args, entrypoint)."""
+    clock: str = ""
+    """With a timed graph: ``cosim`` (vranks simulated online, following the sandbox) or
+    ``offset`` (the per-vrank offset clock); see ``ReplayerSpec.clock``. "" (default): ``cosim``
+    for a what-if (``change``), else ``offset`` — the clock every fidelity figure of the unchanged
+    emulation (CPU and GPU) was measured with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +185,7 @@ def _worker_spec(job: JobConfig, rank: int, *, present: tuple[int, ...], store_a
                       clock_origin_ns=origin_ns, boundary=job.iterations.boundary)
     return WorkerSpec(shim=shim, engine="live",
                       entrypoint=workspace.entrypoint, args=job.args, cwd=workspace.cwd,
-                      out_dir=str(out_dir), env=dict(job.env), engine_options=engine_options,
+                      out_dir=str(out_dir), env=job.rank_env(), engine_options=engine_options,
                       memory_cap_bytes=job.memory_cap_bytes, profile_dir=profile_dir,
                       warmup_steps=job.iterations.warmup, measured_steps=job.iterations.measured)
 
@@ -230,9 +238,13 @@ def _reference(recorded: Callable[[], dict]):
 def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     """Run the sandbox ranks for real and every other rank as a vrank; return per-rank results."""
     run = RunDir(Path(run_dir))
-    job = with_steps(run.load_job(), options.steps)
+    job = with_steps(options.change.apply(run.load_job()), options.steps)
     if options.memory_cap_bytes is not None:
         job = dataclasses.replace(job, memory_cap_bytes=options.memory_cap_bytes)
+    if options.clock not in ("", "cosim", "offset"):
+        raise PrismError(f"clock: must be 'cosim' or 'offset', got {options.clock!r}")
+    if not options.clock:
+        options = dataclasses.replace(options, clock="offset" if options.change.is_empty else "cosim")
     ranks = tuple(sorted(set(options.ranks)))
     bad = [r for r in ranks if not 0 <= r < job.world_size]
     if not ranks or bad:
@@ -283,7 +295,12 @@ def _emulate_once(run: RunDir, job: JobConfig, options: EmulateOptions, out: Pat
             "num_replayers": str(options.num_replayers), "recorded_dir": str(recorded),
             "capture_dir": options.capture_dir, "device_path": layout.path,
             "graph_dir": str(run.graph_dir(kind))}
-    with isolated_run(job, run.root, options.phase or _phase(run, out)) as workspace:
+    # The working directory is a copy of the recorded script's folder; a what-if's changed
+    # entrypoint runs from where the user put it, in that working directory.
+    source_job = dataclasses.replace(job, entrypoint=run.load_job().entrypoint) if options.change.entrypoint else job
+    with isolated_run(source_job, run.root, options.phase or _phase(run, out)) as workspace:
+        if options.change.entrypoint:
+            workspace.entrypoint = options.change.entrypoint
         launched = time.time()
         origin = time.perf_counter_ns()
         _run_emulation(job, run, kind, ranks, options, layout, out, opts, store, addr, origin, recorded, workspace)
@@ -320,7 +337,7 @@ def _run_emulation(job: JobConfig, run: RunDir, kind: str, ranks: tuple[int, ...
                             graph_dir=str(run.graph_dir(kind)), recorded_dir=str(recorded), transport_store=addr,
                             out_dir=str(out), supervisor_key=job.world_size + i, steps=options.steps,
                             timeout_s=rank_timeout_s(options.timeout_s), timed_graph_dir=options.timed_graph_dir,
-                            device_path=layout.path,
+                            device_path=layout.path, clock=options.clock,
                             device_index=layout.replayer_gpu[i] if layout.replayer_gpu else -1)
         path = out / f"replayer-{i:03d}.spec.json"
         path.write_text(spec.to_json())

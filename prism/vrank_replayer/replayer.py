@@ -49,11 +49,11 @@ from prism.nccl_patches.vplan import (
     transport_prefix,
 )
 
-from .clock import AsapClock, Clock, TimedClock, op_key
+from .clock import AsapClock, Clock, CoSimClock, TimedClock, op_key
 from .device_serve import DeviceServer, lanes_of_replayer
 from .plan import Channel, plan_channels
 
-__all__ = ["ReplayerSpec", "Replayer", "clock_events_path", "replayer_result_path", "REPLAYER_MODULE"]
+__all__ = ["ReplayerSpec", "Replayer", "clock_events_path", "cosim_timeline_path", "replayer_result_path", "REPLAYER_MODULE"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,9 @@ class ReplayerSpec:
     """``nccl``: this replayer serves its sandbox ranks' lanes from GPU ``device_index``
     (:mod:`.device_serve`); ``host``: the pruned steps over gloo transports."""
     device_index: int = -1
+    clock: str = "cosim"
+    """With a timed graph: ``cosim`` (:class:`~.clock.CoSimClock`, vranks simulated online and
+    following the sandbox's real times) or ``offset`` (:class:`~.clock.TimedClock`)."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -103,6 +106,11 @@ def _store_client(addr: str, timeout_s: float) -> dist.Store:
                          timeout=datetime.timedelta(seconds=timeout_s))
 
 
+def cosim_timeline_path(out_dir: str | Path) -> Path:
+    """The co-simulated vranks' node times (``CoSimClock.simulated``), on the real clock."""
+    return Path(out_dir) / "vranks.cosim.json"
+
+
 def replayer_result_path(out_dir: str | Path, index: int) -> Path:
     return Path(out_dir) / f"replayer-{index:03d}.json"
 
@@ -119,8 +127,11 @@ class Replayer:
         if clock is None and spec.timed_graph_dir:
             vranks = {r for ch in self.channels for r in ch.members} - self.sandbox
             served = {op_key(n) for ch in self.channels for n in ch.nodes}  # with several replayers, not all
-            clock = TimedClock(read_graph(spec.timed_graph_dir), self.sandbox, vranks=vranks, served=served,
-                               timeout_s=spec.timeout_s)
+            timed = read_graph(spec.timed_graph_dir)
+            if spec.clock == "offset":
+                clock = TimedClock(timed, self.sandbox, vranks=vranks, served=served, timeout_s=spec.timeout_s)
+            else:
+                clock = CoSimClock(timed, self.sandbox, served=served, timeout_s=spec.timeout_s)
         self.clock = clock or AsapClock()
         self.store = RecordedStore(spec.recorded_dir)
         self._lock = threading.Lock()
@@ -173,9 +184,9 @@ class Replayer:
                               f"{node.call_site or '?'}); record it for sandbox ranks {sorted(self.sandbox)}")
         return records
 
-    def _played(self, ch: Channel, node: Node, party: NeighborParty, finish) -> None:
+    def _played(self, ch: Channel, node: Node, party: NeighborParty, finish, last: bool = True) -> None:
         traffic = finish()
-        for v in sorted(party.hosted):
+        for v in sorted(party.hosted) if last else ():
             self.clock.on_complete(ch.members[v], node)
         with self._lock:
             self.num_steps += len(party.steps)
@@ -193,11 +204,14 @@ class Replayer:
         for k, node in enumerate(ch.nodes):
             self.store.prefetch(self._keys(ch, nxt, 0) for nxt in ch.nodes[k + 1 : k + 1 + _PREFETCH_OPS]
                                 if nxt.op is not CommOp.BARRIER)
+            parts = []
             for part, rec in enumerate(self._records(ch, node)):
                 pruned = pruned_steps(rec)
                 hosted = neighbor_ranks(rec, pruned)
-                if not hosted:
-                    continue
+                if hosted:
+                    parts.append((part, rec, pruned, hosted))
+            for k_part, (part, rec, pruned, hosted) in enumerate(parts):
+                last = k_part == len(parts) - 1  # the vranks' part of the op is done with its last part
                 party = NeighborParty(rec, hosted, pruned)  # everything but the transfers, before the vranks are due
                 base = p2p_tag_base(node.seq, part, n, rec.root) if ch.is_p2p else collective_tag_base(node.seq, part, n)
                 if detached is not None:
@@ -208,9 +222,9 @@ class Replayer:
                     self.clock.wait_until_issue(ch.members[v], node)
                 finish = start_party(party, transport, n, tag_base=base, timeout_s=self.spec.timeout_s)
                 if detached is None:
-                    self._played(ch, node, party, finish)
+                    self._played(ch, node, party, finish, last)
                 else:
-                    in_flight.append(detached.submit(self._played, ch, node, party, finish))
+                    in_flight.append(detached.submit(self._played, ch, node, party, finish, last))
             with self._lock:
                 self.num_ops += 1
                 if self.first_op_done_unix_s is None:
@@ -303,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         events = getattr(replayer.clock, "events", None)
         if events is not None:  # real times of the vranks' ops (the emulated timeline)
             atomic_write_text(clock_events_path(spec.out_dir, spec.index), json.dumps(events))
+        simulated = getattr(replayer.clock, "simulated", None)
+        if simulated is not None and spec.index == 0:  # every replayer simulates all vranks alike
+            atomic_write_text(cosim_timeline_path(spec.out_dir), json.dumps(simulated()))
     except BaseException:
         atomic_write_text(error_path(spec.out_dir, spec.supervisor_key), f"replayer {spec.index}:\n{traceback.format_exc()}")
         return 1
