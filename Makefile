@@ -29,7 +29,7 @@ protos-check: install
 	$(BIN)/python scripts/gen_protos.py --check
 
 test: install protos-check lint
-	$(BIN)/python -m pytest -q --timeout=300 tests
+	$(BIN)/python -m pytest -q --timeout=300 --durations=15 tests
 
 bench: install
 	$(BIN)/python bench/run_all.py
