@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from prism.core.errors import GraphError
-from prism.graph.livesim import LiveSim
+from prism.graph.livesim import LiveSim, op_key
 from prism.graph.records import Graph, Node, NodeKind
 
 __all__ = ["Clock", "AsapClock", "CoSimClock", "TimedClock", "VrankOp", "VrankSchedule", "op_key"]
@@ -73,18 +73,6 @@ class AsapClock:
 
     def on_complete(self, vrank: int, node: Node) -> None:
         return None
-
-
-def op_key(node: Node) -> OpKey:
-    """The identity every participant of an op shares: ``(group, seq)`` for a collective,
-    ``(group, src, dst, seq)`` for a message."""
-    if node.kind is NodeKind.COLLECTIVE:
-        return (node.group_id, node.seq)
-    if node.kind is NodeKind.SEND:
-        return (node.group_id, node.rank, node.peer, node.seq)
-    if node.kind is NodeKind.RECV:
-        return (node.group_id, node.peer, node.rank, node.seq)
-    raise GraphError(f"r{node.rank}#{node.index}: {node.kind.value} is not a comm op")
 
 
 @dataclass(frozen=True, slots=True)
