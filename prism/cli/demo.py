@@ -31,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", default="2,5", help="sandbox ranks to emulate (default: 2,5)")
     p.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--real-repeats", type=int, default=3, metavar="N",
+                   help="real runs of the example (default 3): some peaks depend on when peers arrive "
+                        "(FSDP2's asynchronous reduce-scatter), and the emulated one is compared with their spread")
     p.add_argument("--timing-example", default="synthetic",
                    help="example whose iteration time is compared (default: synthetic; '' to skip)")
 
@@ -39,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     job_file = EXAMPLES / args.example / "job.yaml"
     console = Console(width=max(Console().width, 120))
     console.rule(f"prism demo: examples/{args.example}, sandbox ranks {args.ranks}")
-    result = validate(str(job_file), args.ranks, args.out, slice_size=2, timeout_s=args.timeout, torch_fake=True)
+    result = validate(str(job_file), args.ranks, args.out, slice_size=2, timeout_s=args.timeout, torch_fake=True,
+                      real_repeats=args.real_repeats)
     run_dir = RunDir(Path(args.out))
     real = read_graph(run_dir.graph_dir("real"))
     print_run_table(real, title=f"{real.job_name}: real run recorded by prism (W={real.world_size})",
