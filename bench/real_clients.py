@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import os
 import platform
 import shutil
@@ -38,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 WARMUP = 2
+log = logging.getLogger("real_clients")
 FSDP2 = "distributed/FSDP2/example.py"
 DDP = "distributed/ddp-tutorial-series/multigpu_torchrun.py"
 CASES = {
@@ -82,7 +84,14 @@ def plain_run(script: Path, args: list[str], work: Path, device: str, world: int
                                       env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
                                       stdout=subprocess.DEVNULL, stderr=open(work / f"plain-{r}.log", "w")))
     t0 = time.time()
-    codes = [p.wait(timeout=900) for p in procs]
+    log.info("%s: plain run of %s %s (W=%d)", work.name, script.name, " ".join(args), world)
+    try:
+        codes = [p.wait(timeout=900) for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        raise RuntimeError(f"the plain run of {script.name} did not end in 900 s (see {work}/plain-*.log)") from None
+    log.info("%s: plain run ended in %.1f s, exit codes %s", work.name, time.time() - t0, codes)
     if any(codes):
         raise RuntimeError(f"the plain run of {script.name} failed: exit codes {codes} (see {work}/plain-*.log)")
     row = {"plain_wall_s": round(time.time() - t0, 1)}
@@ -104,13 +113,15 @@ def collect_row(job_path: Path, run: Path) -> dict:
     job = load_job(job_path)
     job = dataclasses.replace(job, values=ValuesPolicy(ranks="0"))
     t0 = time.time()
+    log.info("%s: prism collect (K=2, values.ranks 0)", job.name)
     result = collect_job(job, run, CollectOptions(slots=2, timeout_s=900, stall_report_s=30))
     d = result.as_dict()
     return {"collect_wall_s": round(time.time() - t0, 1), "collect_context_switches": d["num_context_switches"],
             "collect_collectives": d["num_collectives"], "collect_swaps": d["swaps"]}
 
 
-def run_case(name: str, examples: Path, work: Path, device: str, collect: bool = False) -> dict:
+def run_case(name: str, examples: Path, work: Path, device: str, collect: bool = False,
+             device_path: str = "auto", slice_size: int = 1) -> dict:
     from prism.cli.validate import validate
 
     rel, args = CASES[name]
@@ -124,10 +135,13 @@ def run_case(name: str, examples: Path, work: Path, device: str, collect: bool =
     before = folder_state(script.parent)
     row.update(plain_run(script, args, case, device))
     t0 = time.time()
-    device_opts = {"device_path": "auto", "sandbox_gpus": (), "assistant_gpus": ()} if device == "cuda" else None
-    result = validate(str(case / "job.yaml"), "0", str(case / "run"), slice_size=1, timeout_s=600,
+    log.info("%s: prism validate --ranks 0", name)
+    device_opts = ({"device_path": device_path, "sandbox_gpus": (), "assistant_gpus": ()}
+                   if device == "cuda" or device_path != "auto" else None)
+    result = validate(str(case / "job.yaml"), "0", str(case / "run"), slice_size=slice_size, timeout_s=600,
                       torch_fake=False, device=device_opts)
     row["validate_wall_s"] = round(time.time() - t0, 1)
+    log.info("%s: validate ended in %.1f s", name, row["validate_wall_s"])
     if collect:
         try:
             row.update(collect_row(case / "job.yaml", case / "collect-run"))
@@ -173,7 +187,11 @@ def main() -> int:
     p.add_argument("--keep", action="store_true", help="keep each case's run directory")
     p.add_argument("--collect-cases", default="fsdp2",
                    help="cases that also run prism collect (K=2, values.ranks: 0); '' for none")
+    p.add_argument("--device-path", default="auto", choices=("auto", "nccl", "host", "lanes"),
+                   help="the emulation's data path (lanes: the nccl path's protocol over gloo, on CPU)")
+    p.add_argument("--slice-size", type=int, default=1, help="calibration slice size (2: both ranks real)")
     ns = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     import torch
 
     examples = Path(ns.examples_dir).resolve()
@@ -187,7 +205,8 @@ def main() -> int:
     out["cases"] = [c for c in earlier if c.get("name") not in names]
     for name in names:
         try:
-            row = run_case(name, examples, work, ns.device, collect=name in ns.collect_cases.split(","))
+            row = run_case(name, examples, work, ns.device, collect=name in ns.collect_cases.split(","),
+                           device_path=ns.device_path, slice_size=ns.slice_size)
         except Exception as e:  # noqa: BLE001 - a failed case is a result too
             row = {"name": name, "error": f"{type(e).__name__}: {e}"[-4000:]}
         if not ns.keep:
