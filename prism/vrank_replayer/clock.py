@@ -27,6 +27,11 @@ op, ``R`` the predicted time ``v`` reaches the point where it waits for the op):
   has completed for real (causality: the real ``v`` is blocked there). Only ops whose completion the
   replayer will see count: messages with a sandbox peer always, collectives once announced
   (a pruned vrank of a collective is never told).
+* Through the job's warm-up steps (``warmup_steps``) a vrank keeps the sandbox's pace: it issues
+  at once and re-anchors on each real completion as if it had been ready for it. The recording's
+  warm-up steps hold start-up work (allocation, first calls, a launch of W processes contending
+  for the host) that the emulation's sandbox does not repeat at the same length; a vrank that kept
+  its calibrated pace through them held the first measured step back by up to seconds.
 * A real rank issues op ``j`` at its time: its own wake-up latency is inside the calibrated
   durations. The replayer's thread would add its own on top, so it asks to be woken early by the
   median lateness of its recent timed wake-ups (:meth:`TimedClock.wake_lead_ns`).
@@ -91,6 +96,8 @@ class VrankOp:
     previous step)."""
     sure: bool
     """The replayer always sees this op's completion (a message with a sandbox peer)."""
+    step: int = 0
+    """The vrank's step the op belongs to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +138,7 @@ class VrankSchedule:
             op = VrankOp(index=n.index, issue_ns=n.start_ns, end_ns=n.end_ns, wait_ns=wait_at.get(n.index, -1),
                          blockers=tuple(waited_before[n.index]),
                          sure=n.kind is not NodeKind.COLLECTIVE and n.peer in sandbox
-                         and (served is None or op_key(n) in served))
+                         and (served is None or op_key(n) in served), step=n.step)
             ops[op_key(n)] = op
             by_index[n.index] = op
         return VrankSchedule(rank, ops, by_index)
@@ -141,8 +148,9 @@ class TimedClock:
     """Real-time co-simulation clock over a timed graph (module docstring)."""
 
     def __init__(self, timed: Graph, sandbox: Iterable[int], *, vranks: Iterable[int] | None = None,
-                 served: Iterable[OpKey] | None = None, timeout_s: float = 600.0) -> None:
+                 served: Iterable[OpKey] | None = None, timeout_s: float = 600.0, warmup_steps: int = 0) -> None:
         sandbox = frozenset(sandbox)
+        self.warmup_steps = warmup_steps
         wanted = sorted(set(vranks) if vranks is not None else set(timed.nodes) - sandbox)
         missing = [v for v in wanted if v not in timed.nodes]
         if missing:
@@ -184,8 +192,9 @@ class TimedClock:
 
     def issue_at_ns(self, vrank: int, node: Node) -> float:
         """Real time at which ``vrank`` issues ``node`` (−inf: at once)."""
+        op = self._op(vrank, node)
         offset = self._offset.get(vrank)
-        return -math.inf if offset is None else self._op(vrank, node).issue_ns + offset
+        return -math.inf if offset is None or op.step < self.warmup_steps else op.issue_ns + offset
 
     def announce(self, vrank: int, node: Node) -> None:
         with self._lock:
@@ -198,7 +207,8 @@ class TimedClock:
             self._completed.add((vrank, op.index))
             if op.wait_ns >= 0:
                 offset = self._offset.get(vrank)
-                reach = -math.inf if offset is None else op.wait_ns + offset
+                warmup = op.step < self.warmup_steps
+                reach = -math.inf if offset is None or warmup else op.wait_ns + offset
                 release_real = max(real_ns, reach)
                 release_pred = max(op.end_ns, op.wait_ns)
                 self._offset[vrank] = release_real - release_pred

@@ -337,7 +337,7 @@ def _run_emulation(job: JobConfig, run: RunDir, kind: str, ranks: tuple[int, ...
                             graph_dir=str(run.graph_dir(kind)), recorded_dir=str(recorded), transport_store=addr,
                             out_dir=str(out), supervisor_key=job.world_size + i, steps=options.steps,
                             timeout_s=rank_timeout_s(options.timeout_s), timed_graph_dir=options.timed_graph_dir,
-                            device_path=layout.path, clock=options.clock,
+                            device_path=layout.path, clock=options.clock, warmup_steps=job.iterations.warmup,
                             device_index=layout.replayer_gpu[i] if layout.replayer_gpu else -1)
         path = out / f"replayer-{i:03d}.spec.json"
         path.write_text(spec.to_json())

@@ -87,6 +87,9 @@ class ReplayerSpec:
     clock: str = "cosim"
     """With a timed graph: ``cosim`` (:class:`~.clock.CoSimClock`, vranks simulated online and
     following the sandbox's real times) or ``offset`` (:class:`~.clock.TimedClock`)."""
+    warmup_steps: int = 0
+    """The job's warm-up steps: the offset clock keeps the vranks at the sandbox's pace through
+    them (:class:`~.clock.TimedClock`)."""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -129,7 +132,8 @@ class Replayer:
             served = {op_key(n) for ch in self.channels for n in ch.nodes}  # with several replayers, not all
             timed = read_graph(spec.timed_graph_dir)
             if spec.clock == "offset":
-                clock = TimedClock(timed, self.sandbox, vranks=vranks, served=served, timeout_s=spec.timeout_s)
+                clock = TimedClock(timed, self.sandbox, vranks=vranks, served=served, timeout_s=spec.timeout_s,
+                                   warmup_steps=spec.warmup_steps)
             else:
                 clock = CoSimClock(timed, self.sandbox, served=served, timeout_s=spec.timeout_s)
         self.clock = clock or AsapClock()

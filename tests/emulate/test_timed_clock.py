@@ -107,3 +107,41 @@ def _scale(line: str, factor: int) -> str:
     head, _, times = line.rpartition(" t=")
     start, _, dur = times.partition("+")
     return f"{head} t={int(start) * factor}+{int(dur) * factor}"
+
+
+# Two steps, the first a warm-up: the recording's start-up work (allocation, first calls, a
+# contended launch) made vrank 0's warm-up compute 5,000 ns, while the sandbox gets through its
+# own warm-up at once. Step 1 is the steady state: 100 ns of compute, then a message.
+WARMUP = """
+graph world_size=2 kind=timed
+group 0 ranks=0,1 desc=pp
+r0#0 SEND g0:0 ->1 16B f32[4] step=0 t=0+10
+r0#1 COMP step=0 t=10+5000
+r0#2 RECV g0:1 <-1 16B f32[4] step=0 t=5010+190
+r0#3 MARK step_end step=0 t=5200+0
+r0#4 COMP step=1 t=5200+100
+r0#5 SEND g0:2 ->1 16B f32[4] step=1 t=5300+10
+r0#6 MARK step_end step=1 t=5310+0
+r1#0 RECV g0:0 <-0 16B f32[4] step=0 t=0+10
+r1#1 COMP step=0 t=10+5180
+r1#2 SEND g0:1 ->0 16B f32[4] step=0 t=5190+10
+r1#3 MARK step_end step=0 t=5200+0
+r1#4 RECV g0:2 <-0 16B f32[4] step=1 t=5200+110
+r1#5 MARK step_end step=1 t=5310+0
+"""
+
+
+@pytest.mark.parametrize("warmup_steps, step1_issue", [(0, 1_005_110), (1, 1_000_400)])
+def test_through_the_warmup_steps_vranks_keep_the_sandbox_pace(warmup_steps, step1_issue):
+    g = parse_graph(WARMUP)
+    clock = TimedClock(g, sandbox={1}, warmup_steps=warmup_steps)
+    first, reply, steady = sandbox_node(g, 0), sandbox_node(g, 2), sandbox_node(g, 4)
+    clock.complete_at(0, first, 1_000_010)  # the first exchange anchors the vrank: offset 1,000,000
+    assert clock.offset_ns(0) == 1_000_000
+    # the sandbox's reply comes 290 ns later, long before the 5,000 ns the recording's warm-up took
+    if warmup_steps:
+        assert clock.issue_at_ns(0, reply) == -math.inf  # warm-up ops go at once
+    clock.complete_at(0, reply, 1_000_300)
+    # without the rule the vrank would still be in its recorded warm-up and hold the sandbox's
+    # first measured step back by ~4,700 ns; with it, it goes on 100 ns (its steady compute) later
+    assert clock.issue_at_ns(0, steady) == step1_issue
