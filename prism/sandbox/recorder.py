@@ -15,7 +15,6 @@ the same steps.
 from __future__ import annotations
 
 import bisect
-import functools
 import logging
 import os
 import sys
@@ -60,29 +59,22 @@ _PRISM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _C10D_FILE = "distributed_c10d.py"
 
 
-@functools.lru_cache(maxsize=4096)
-def _classify(filename: str) -> tuple[bool, str]:
-    """(whether ``filename`` is c10d's, its call-site name or "" for torch, prism and ``<...>``
-    frames): decided once per file, as every comm op walks the same few frames."""
-    internal = filename.startswith((_TORCH_DIR, _PRISM_DIR)) or filename.startswith("<")
-    return filename.endswith(_C10D_FILE), "" if internal else os.path.basename(filename)
-
-
 def _call_site_and_async(default_async: bool) -> tuple[str, bool]:
     """The first frame outside torch and prism, and c10d's ``async_op`` if a c10d frame is on the stack."""
     frame = sys._getframe(3)
+    site = ""
     is_async = default_async
     seen_c10d = False
     while frame is not None:
-        code = frame.f_code
-        is_c10d, name = _classify(code.co_filename)
-        if is_c10d and not seen_c10d and ("async_op" in code.co_varnames or "async_op" in code.co_cellvars):
+        filename = frame.f_code.co_filename
+        if not seen_c10d and filename.endswith(_C10D_FILE) and "async_op" in frame.f_locals:
             is_async = bool(frame.f_locals["async_op"])
             seen_c10d = True
-        if name:
-            return f"{name}:{frame.f_lineno}", is_async
+        if not filename.startswith((_TORCH_DIR, _PRISM_DIR)) and not filename.startswith("<"):
+            site = f"{os.path.basename(filename)}:{frame.f_lineno}"
+            break
         frame = frame.f_back
-    return "", is_async
+    return site, is_async
 
 
 class Recorder:
