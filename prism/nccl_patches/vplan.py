@@ -18,7 +18,6 @@ group's transport, and which message tags an op uses.
 from __future__ import annotations
 
 import functools
-
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
