@@ -5,7 +5,8 @@ Per (op, size): ``--warmup`` untimed and ``--iters`` timed iterations of barrier
 all_gather output N (input N/W), reduce_scatter input N (output N/W), all_to_all N in and out,
 send/recv N each way on a ring (send to rank+1, receive from rank-1). Inputs are the same in every
 run (recorded data must match them). Each rank writes ``<out>/rank-<R>.json``: seconds per
-iteration per ``<op>/<bytes>``.
+iteration per ``<op>/<bytes>``, and ``<op>/<bytes>/cpu``: the process's CPU seconds (all its threads:
+the script's and, under prism, the comm engine's) over the same span.
 """
 import argparse
 import json
@@ -68,12 +69,14 @@ for size, iters in zip((int(s) for s in args.sizes.split(",")), (int(i) for i in
             if reset is not None:
                 reset()
             dist.barrier()
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             work = issue()
             for w in work if isinstance(work, list) else [work]:
                 w.wait()
+            t1, c1 = time.perf_counter(), time.process_time()
             if it >= args.warmup:
-                times[key].append(time.perf_counter() - t0)
+                times[key].append(t1 - t0)
+                times.setdefault(key + "/cpu", []).append(c1 - c0)
 dist.destroy_process_group()
 Path(args.out).mkdir(parents=True, exist_ok=True)
 (Path(args.out) / f"rank-{rank}.json").write_text(json.dumps(times))

@@ -62,9 +62,11 @@ def _times(out: Path, ranks) -> dict[str, list[float]]:
     return merged
 
 
-def measure_size(world: int, size: int, sandboxes: list[tuple[int, ...]], work: Path, timeout_s: float) -> dict:
+def measure_size(world: int, size: int, sandboxes: list[tuple[int, ...]], work: Path, timeout_s: float,
+                 ops: str = ",".join(OPS), iters_scale: float = 1.0) -> dict:
     times_dir = work / "times"
-    args = ["--sizes", str(size), "--iters", str(ITERS.get(size, 5)), "--out", str(times_dir)]
+    iters = max(1, round(ITERS.get(size, 5) * iters_scale))
+    args = ["--ops", ops, "--sizes", str(size), "--iters", str(iters), "--out", str(times_dir)]
     job = job_from_dict({"name": f"op-overhead-{size}", "entrypoint": str(SCRIPT), "args": args,
                          "world_size": world, "ranks_per_node": world, "device": "cpu"}, base_dir=str(HERE))
     launch_plain(SCRIPT, args, world, timeout_s=timeout_s)
@@ -84,13 +86,17 @@ def measure_size(world: int, size: int, sandboxes: list[tuple[int, ...]], work: 
     shutil.rmtree(run.root / "capture")
     rows = {}
     for key, ts in real.items():
+        if key.endswith("/cpu"):
+            continue
         op = key.split("/")[0]
-        row = {"op": op, "bytes": size, "real_ms": round(1e3 * statistics.median(ts), 4)}
+        row = {"op": op, "bytes": size, "real_ms": round(1e3 * statistics.median(ts), 4),
+               "real_cpu_ms": round(1e3 * statistics.median(real[key + "/cpu"]), 4)}
         for sandbox, (emu, rep) in emulated.items():
             name = "sandbox_" + "_".join(map(str, sandbox))
             e = 1e3 * statistics.median(emu[key])
             row[name] = {"emulated_ms": round(e, 4), "overhead_ms": round(e - row["real_ms"], 4),
                          "ratio": round(e / row["real_ms"], 3),
+                         "emulated_cpu_ms": round(1e3 * statistics.median(emu[key + "/cpu"]), 4),
                          "replayer_cpu_us_per_op": round(1e6 * rep["cpu_s"] / max(1, rep["num_ops"]), 1),
                          "replayer_ops": rep["num_ops"]}
         rows[key] = row
@@ -102,6 +108,8 @@ def main() -> int:
     parser.add_argument("--world", type=int, default=4)
     parser.add_argument("--sizes", default="4096,65536,1048576,16777216")
     parser.add_argument("--sandboxes", default="1;1,2", help="sandbox sets, ';'-separated")
+    parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument("--iters-scale", type=float, default=1.0, help="times the default iterations per size")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--label", default="")
     parser.add_argument("--out", default=str(HERE / "results/op_overhead.json"))
@@ -112,17 +120,18 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="prism-op-overhead-") as tmp:
         for size in (int(s) for s in ns.sizes.split(",")):
             t0 = time.perf_counter()
-            rows.update(measure_size(ns.world, size, sandboxes, Path(tmp), ns.timeout))
+            rows.update(measure_size(ns.world, size, sandboxes, Path(tmp), ns.timeout, ns.ops, ns.iters_scale))
             print(f"-- {size} bytes: {time.perf_counter() - t0:.0f} s", flush=True)
             for key, row in rows.items():
                 if row["bytes"] != size:
                     continue
-                cells = "  ".join(f"{k[8:]}: {v['emulated_ms']:8.3f} ms ({v['overhead_ms']:+.3f}, "
-                                  f"replayer {v['replayer_cpu_us_per_op']:.0f} us/op)"
+                cells = "  ".join(f"{k[8:]}: {v['emulated_ms']:8.3f} ms cpu {v['emulated_cpu_ms']:.3f} "
+                                  f"({v['overhead_ms']:+.3f}, replayer {v['replayer_cpu_us_per_op']:.0f} us/op)"
                                   for k, v in row.items() if k.startswith("sandbox_"))
-                print(f"{row['op']:15s} {size:>9d} B  real {row['real_ms']:8.3f} ms  {cells}", flush=True)
+                print(f"{row['op']:15s} {size:>9d} B  real {row['real_ms']:8.3f} ms cpu {row['real_cpu_ms']:.3f}  {cells}",
+                      flush=True)
     out = {"world_size": ns.world, "sandboxes": [list(s) for s in sandboxes], "label": ns.label,
-           "host_cpus": os.cpu_count(), "ops": rows}
+           "host_cpus": os.cpu_count(), "loadavg": Path("/proc/loadavg").read_text().split()[:3], "ops": rows}
     Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
     Path(ns.out).write_text(json.dumps(out, indent=1))
     return 0

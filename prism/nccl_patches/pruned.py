@@ -86,11 +86,14 @@ def start_party(
     nothing received, so posting it early changes nothing but when it leaves: a vrank's send goes
     out on the thread that decided it is due, and another thread may wait for it."""
     timeout = datetime.timedelta(seconds=timeout_s)
-    before = transport.traffic()
     groups = [steps for _, steps in _by_step(party.steps)]
     first_sends = _post_sends(party, transport, n, groups[0], tag_base) if groups else []
 
     def finish() -> dict[tuple[int, int], LinkTraffic]:
+        # The traffic is this party's own messages, counted here: a diff of the transport's
+        # counters would also count what other threads sent on the same transport meanwhile.
+        traffic: dict[tuple[int, int], list[int]] = {}
+        itemsize = party.dtype.itemsize
         for k, steps in enumerate(groups):
             sends = first_sends if k == 0 else _post_sends(party, transport, n, steps, tag_base)
             recvs = []
@@ -104,8 +107,13 @@ def start_party(
                 party.incoming(st, buf)
             for work in sends:
                 work.wait(timeout)
-        after = transport.traffic()
-        return {k: v for k, v in ((k, _minus(v, before.get(k))) for k, v in after.items()) if v.num_steps}
+            for st in steps:  # a party's steps are the ones with an end it hosts
+                counts = traffic.get((st.src, st.dst))
+                if counts is None:
+                    counts = traffic[(st.src, st.dst)] = [0, 0]
+                counts[0] += st.numel * itemsize
+                counts[1] += 1
+        return {k: LinkTraffic(b, m) for k, (b, m) in traffic.items()}
 
     return finish
 
@@ -129,10 +137,6 @@ def run_party(
     Message tags are ``tag_base + step.tag(n)`` (below ``2·n²``): collectives that may overlap on
     one transport need disjoint ranges (e.g. ``tag_base = (seq % 1024) * 2 * n * n``)."""
     return start_party(party, transport, n, tag_base=tag_base, timeout_s=timeout_s)()
-
-
-def _minus(a: LinkTraffic, b: LinkTraffic | None) -> LinkTraffic:
-    return a if b is None else LinkTraffic(a.num_bytes - b.num_bytes, a.num_steps - b.num_steps)
 
 
 def run_sandbox_side(

@@ -33,6 +33,7 @@ whole-group construction the tests compare it with.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -251,8 +252,19 @@ def full_schedule(algo: Algo, g: Geometry) -> list[Step]:
 def steps_touching(algo: Algo, g: Geometry, ranks: Iterable[int]) -> list[Step]:
     """The steps with an endpoint in ``ranks`` (the pruned schedule for sandbox ``ranks``), each
     once, in execution order. Costs O(|ranks|·n), never the full schedule."""
+    wanted = tuple(sorted(set(ranks)))
+    if g.block_numel is None:  # every op of a group and size has the same schedule: build it once
+        return list(_steps_touching_cached(algo, g, wanted))
+    return _steps_touching(algo, g, wanted)
+
+
+@functools.lru_cache(maxsize=4096)
+def _steps_touching_cached(algo: Algo, g: Geometry, wanted: tuple[int, ...]) -> tuple[Step, ...]:
+    return tuple(_steps_touching(algo, g, wanted))
+
+
+def _steps_touching(algo: Algo, g: Geometry, wanted: tuple[int, ...]) -> list[Step]:
     n = g.n
-    wanted = sorted(set(ranks))
     for r in wanted:
         if not 0 <= r < n:
             raise ValueError(f"group rank {r} is outside a group of {n}")

@@ -49,7 +49,8 @@ class Transport:
         self.pg = pg
         self.endpoint = endpoint
         self.endpoint_of = dict(endpoint_of)
-        self._traffic: dict[tuple[int, int], LinkTraffic] = {}
+        self._traffic: dict[tuple[int, int], list[int]] = {}
+        """(src, dst) -> [bytes, messages]: mutable counters, as this runs once per message."""
 
     @classmethod
     def connect(
@@ -87,8 +88,11 @@ class Transport:
         return self.endpoint_of[rank]
 
     def _count(self, src: int, dst: int, tensor: torch.Tensor) -> None:
-        key = (src, dst)
-        self._traffic[key] = self._traffic.get(key, LinkTraffic()) + LinkTraffic(tensor.numel() * tensor.element_size(), 1)
+        counts = self._traffic.get((src, dst))
+        if counts is None:
+            counts = self._traffic[(src, dst)] = [0, 0]
+        counts[0] += tensor.numel() * tensor.element_size()
+        counts[1] += 1
 
     def send(self, tensor: torch.Tensor, src: int, dst: int, tag: int) -> dist.Work:
         """Send group rank ``src``'s message to group rank ``dst`` (asynchronous)."""
@@ -116,7 +120,7 @@ class Transport:
 
     def traffic(self) -> dict[tuple[int, int], LinkTraffic]:
         """Bytes and messages per directed link this endpoint sent or received so far."""
-        return dict(self._traffic)
+        return {k: LinkTraffic(b, m) for k, (b, m) in self._traffic.items()}
 
     def reset_traffic(self) -> None:
         self._traffic.clear()

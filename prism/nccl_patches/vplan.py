@@ -17,6 +17,7 @@ group's transport, and which message tags an op uses.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -138,9 +139,15 @@ def op_parts(
 
 
 def barrier_record(n: int, sandbox: Iterable[int]) -> RecordedCollective:
-    """A barrier's record needs no recording: every rank adds a zero."""
+    """A barrier's record needs no recording: every rank adds a zero. The same for every barrier
+    of a group (its tensors are only read), so it is built once."""
+    return _barrier_record(n, tuple(sorted(set(sandbox))))
+
+
+@functools.lru_cache(maxsize=1024)
+def _barrier_record(n: int, sandbox: tuple[int, ...]) -> RecordedCollective:
     zero = torch.zeros(1, dtype=torch.int32)
-    return record_for_sandbox([zero] * n, Algo.RING_ALL_REDUCE, "sum", sorted(sandbox))
+    return record_for_sandbox([zero] * n, Algo.RING_ALL_REDUCE, "sum", sandbox)
 
 
 # ------------------------------------------------------------------------------- endpoints

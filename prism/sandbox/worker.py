@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 
 from prism.core.atomic import atomic_write_bytes, atomic_write_text
+from prism.core.cprofile import profiled
 from prism.core.config import MOE_ROUTER_ENV
 from prism.core.workerspec import WorkerSpec, error_path, oom_path, record_path
 from prism.graph.records import RankRecord
@@ -236,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("PRISM_LOG_LEVEL", "WARNING"), format=f"[rank{spec.shim.rank}] %(levelname)s %(name)s: %(message)s")
     rank = spec.shim.rank
     try:
-        record = run_rank(spec)
+        with profiled(f"rank{rank}"):
+            record = run_rank(spec)
     except SystemExit as e:
         if e.code in (None, 0):
             log.warning("rank %d: the script called sys.exit(0) before finishing", rank)

@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from prism.core.atomic import atomic_write_text
+from prism.core.cprofile import profiled
 from prism.core.errors import PrismError, RunDirError
 from prism.core.workerspec import error_path
 from prism.graph.io import read_graph
@@ -142,6 +143,9 @@ class Replayer:
         self._transports: dict[str, WideTagTransport] = {}
         self._transport_locks: dict[str, threading.Lock] = {}
         self._errors: list[BaseException] = []
+        self._changed = threading.Event()
+        """Set when a channel thread ends (done or failed): what run() waits for."""
+        self._num_ended = 0
         self.num_ops = 0
         self.num_steps = 0
         self.traffic_bytes = 0
@@ -240,6 +244,15 @@ class Replayer:
 
     def _thread(self, ch: Channel) -> None:
         try:
+            with profiled("replayer"):
+                self._thread_body(ch)
+        finally:
+            with self._lock:
+                self._num_ended += 1
+            self._changed.set()
+
+    def _thread_body(self, ch: Channel) -> None:
+        try:
             if self.device is not None:
                 self.device.serve(ch)
                 with self._lock:
@@ -276,12 +289,19 @@ class Replayer:
         for t in threads:
             t.start()
         deadline = time.monotonic() + self.spec.timeout_s
-        # Poll: a failed channel must stop the process even while other channels wait for the
-        # sandbox (which may be waiting on the failed one).
-        while any(t.is_alive() for t in threads) and not self._errors and time.monotonic() < deadline:
-            time.sleep(0.05)
+        # A failed channel must stop the process even while other channels wait for the sandbox
+        # (which may be waiting on the failed one). Woken when a channel ends, not by a poll: a
+        # poll's wake-ups would take the GIL from the channel threads while ops are served.
+        while not self._errors and (now := time.monotonic()) < deadline:
+            self._changed.clear()
+            with self._lock:
+                if self._num_ended == len(threads):
+                    break
+            self._changed.wait(deadline - now)
         if self._errors:
             raise self._errors[0]
+        for t in threads:  # each has ended its work; let it finish exiting
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
         stuck = [t.name for t in threads if t.is_alive()]
         if stuck:
             raise PrismError(f"replayer {self.spec.index}: channels still waiting after {self.spec.timeout_s:.0f} s: {stuck}")

@@ -47,6 +47,7 @@ import torch
 import torch.distributed as dist
 
 from prism.core.atomic import atomic_write_text
+from prism.core.cprofile import profiled
 from prism.core.errors import MismatchError, PrismError
 from prism.graph.records import CommOp
 from prism.nccl_patches import run_sandbox_side
@@ -97,6 +98,10 @@ class _Channel:
         self.thread.start()
 
     def _loop(self) -> None:
+        with profiled("live"):
+            self._serve()
+
+    def _serve(self) -> None:
         while (item := self.queue.get()) is not None:
             complete = self._run(*item)
             # The op's tensors are dropped before its waiter wakes: kept until the next op arrived,
