@@ -12,6 +12,8 @@ environment variable (the variable is read when the flag is absent, so one rank 
 * ``--matmul float64`` / ``DDP_MATMUL=float64``: another compute path, every Linear computed in
   float64 (inputs and weights cast up, the output cast back to float32).
 
+``DDP_KNOB_RANKS=1,3``: the environment knobs apply on these ranks only (a per-rank change).
+
 A plain PyTorch program (run it with torchrun); it knows nothing about prism.
 """
 import argparse
@@ -29,7 +31,16 @@ from torch.utils.checkpoint import checkpoint
 log = logging.getLogger("ddp")
 
 
+def knob_env():
+    """The environment knobs, unless ``DDP_KNOB_RANKS`` leaves this rank out."""
+    ranks = os.environ.get("DDP_KNOB_RANKS", "")
+    if ranks and os.environ.get("RANK") not in ranks.split(","):
+        return {}
+    return os.environ
+
+
 def parse_args():
+    env = knob_env()
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -40,10 +51,10 @@ def parse_args():
     p.add_argument("--layers", type=int, default=4)
     # ~16 KiB per bucket: the model below has ~67 KB of parameters, so several buckets.
     p.add_argument("--bucket-cap-mb", type=float, default=0.016)
-    p.add_argument("--recompute", action="store_true", default=os.environ.get("DDP_RECOMPUTE") == "1")
+    p.add_argument("--recompute", action="store_true", default=env.get("DDP_RECOMPUTE") == "1")
     p.add_argument("--offload-activations", action="store_true",
-                   default=os.environ.get("DDP_OFFLOAD_ACTIVATIONS") == "1")
-    p.add_argument("--matmul", choices=["float32", "float64"], default=os.environ.get("DDP_MATMUL", "float32"))
+                   default=env.get("DDP_OFFLOAD_ACTIVATIONS") == "1")
+    p.add_argument("--matmul", choices=["float32", "float64"], default=env.get("DDP_MATMUL", "float32"))
     return p.parse_args()
 
 
