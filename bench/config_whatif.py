@@ -19,7 +19,10 @@ when it speeds it up, only the sandbox-only run is what the emulation can show. 
 ``--repeats`` real runs of each kind and emulations, alternated (the host's load drifts). Iteration time: per run the median of the
 sandbox rank's measured steps (after the warm-up), then the median over repeats. Peak memory: the
 tracked peak of the sandbox rank over the measured steps and over the whole run, each run's bytes.
-The host's 1-minute load average is saved with each case.
+Also the sandbox rank's own compute per step (``compute_ms``: its compute spans, without waits),
+real and emulated: on a 2-core host the real job's ranks share the cores with each other, the
+emulated sandbox rank only with the replayer. The host's 1-minute load average is saved with each
+case.
 
     python bench/config_whatif.py                 # → bench/results/config_whatif.json
     python bench/config_whatif.py --cases recompute --repeats 1
@@ -32,6 +35,7 @@ import dataclasses
 import json
 import logging
 import os
+import pickle
 import statistics
 import tempfile
 from pathlib import Path
@@ -41,6 +45,8 @@ from rich.table import Table
 
 from prism.core.config import JobConfig, load_job
 from prism.core.whatif import SandboxChange
+from prism.core.workerspec import record_path
+from prism.graph.records import NodeKind
 from prism.sandbox.recording import record_job
 from prism.vrank_replayer import EmulateOptions
 from prism.vrank_replayer.calibrate_run import calibrate_run
@@ -70,11 +76,22 @@ def cases(job: JobConfig, sandbox: tuple[int, ...]) -> dict[str, tuple[SandboxCh
                 "sandbox": dataclasses.replace(job, env={**job.env, "DDP_MATMUL": "float64", **only})})}
 
 
+def compute_ms(nodes, skip: int) -> float:
+    """Median over the measured steps of the time a rank spent in its compute spans per step: how
+    fast its own work ran, apart from any wait on other ranks."""
+    per_step: dict[int, int] = {}
+    for n in nodes:
+        if n.kind is NodeKind.COMPUTE and n.step >= skip and n.duration_ns > 0:
+            per_step[n.step] = per_step.get(n.step, 0) + n.duration_ns
+    return statistics.median(per_step.values()) / 1e6 if per_step else float("nan")
+
+
 def real_run(job: JobConfig, run: Path, sandbox: tuple[int, ...]) -> dict:
     graph = record_job(job, run, timeout_s=600)
     skip = job.iterations.warmup
     s = [graph.summaries[r] for r in sandbox]
     return {"p50_ms": statistics.fmean(statistics.median(x.step_times_ns[skip:]) / 1e6 for x in s),
+            "compute_ms": statistics.fmean(compute_ms(graph.nodes[r], skip) for r in sandbox),
             "measured_peak_bytes": [x.measured_peak_memory_bytes for x in s],
             "peak_bytes": [x.peak_memory_bytes for x in s]}
 
@@ -82,7 +99,13 @@ def real_run(job: JobConfig, run: Path, sandbox: tuple[int, ...]) -> dict:
 def emulation(run: Path, change: SandboxChange, out: Path, sandbox: tuple[int, ...]) -> dict:
     rep = emulate_and_report(run, EmulateOptions(ranks=sandbox, change=change, timeout_s=600, out_dir=str(out)))
     rows = [rep.data["ranks"][str(r)] for r in sandbox]
+    skip = rep.data["skip_steps"]
+    records = []
+    for r in sandbox:
+        with record_path(rep.out_dir, r).open("rb") as f:
+            records.append(pickle.load(f))  # noqa: S301 - prism's own worker output
     return {"p50_ms": statistics.fmean(row["p50_ms"] for row in rows),
+            "compute_ms": statistics.fmean(compute_ms(rec.nodes, skip) for rec in records),
             "measured_peak_bytes": [row["measured_peak_memory_bytes"] for row in rows],
             "peak_bytes": [row["peak_memory_bytes"] for row in rows],
             "diverged_ops": sum(len(row.get("diverged_ops") or []) for row in rows)}
@@ -132,12 +155,15 @@ def main() -> None:
             load.append(os.getloadavg()[0])
             emu_ms = statistics.median(e["p50_ms"] for e in emus)
             res: dict = {"change": change.describe(), "emulated_ms": [e["p50_ms"] for e in emus],
-                         "emulated_median_ms": emu_ms, "diverged_ops": [e["diverged_ops"] for e in emus],
+                         "emulated_median_ms": emu_ms,
+                         "emulated_compute_ms": statistics.median(e["compute_ms"] for e in emus),
+                         "diverged_ops": [e["diverged_ops"] for e in emus],
                          "load_average": load, "real": {}}
             for variant, runs in reals.items():
                 real_ms = statistics.median(r["p50_ms"] for r in runs)
                 res["real"][variant] = {
                     "ms": [r["p50_ms"] for r in runs], "median_ms": real_ms, "error": (emu_ms - real_ms) / real_ms,
+                    "compute_ms": statistics.median(r["compute_ms"] for r in runs),
                     "time_met": abs(emu_ms - real_ms) <= TARGET * real_ms,
                     "measured_peak": peak_verdict(runs, emus, "measured_peak_bytes"),
                     "whole_run_peak": peak_verdict(runs, emus, "peak_bytes")}
