@@ -109,11 +109,10 @@ def offload_activations(device):
         return torch.autograd.graph.save_on_cpu(pin_memory=True)
 
     def pack(t):
-        return t.dtype, t.detach().numpy().copy()
+        return t.detach().numpy().copy()
 
-    def unpack(packed):
-        dtype, array = packed
-        return torch.from_numpy(array).to(dtype).clone()
+    def unpack(array):  # back "to the device": a torch allocation again
+        return torch.from_numpy(array).clone()
 
     return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
