@@ -1,20 +1,46 @@
 """DDP example: a small MLP wrapped in DistributedDataParallel, trained with SGD.
 
+Three config knobs (PrismLLM Table 1's what-ifs, docs/whatif.md), off by default; each a flag or an
+environment variable (the variable is read when the flag is absent, so one rank can differ):
+
+* ``--recompute`` / ``DDP_RECOMPUTE=1``: activation recomputation, torch.utils.checkpoint on every
+  Linear-GELU-Linear block (non-reentrant);
+* ``--offload-activations`` / ``DDP_OFFLOAD_ACTIVATIONS=1``: the tensors autograd saves go to host
+  memory in the forward and come back in the backward (``saved_tensors_hooks``; on CUDA
+  ``save_on_cpu(pin_memory=True)``, on a CPU job a NumPy copy: host memory outside the torch
+  allocator, which plays the device here);
+* ``--matmul float64`` / ``DDP_MATMUL=float64``: another compute path, every Linear computed in
+  float64 (inputs and weights cast up, the output cast back to float32).
+
+``DDP_KNOB_RANKS=1,3``: the environment knobs apply on these ranks only (a per-rank change).
+
 A plain PyTorch program (run it with torchrun); it knows nothing about prism.
 """
 import argparse
+import contextlib
 import logging
 import os
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.checkpoint import checkpoint
 
 log = logging.getLogger("ddp")
 
 
+def knob_env():
+    """The environment knobs, unless ``DDP_KNOB_RANKS`` leaves this rank out."""
+    ranks = os.environ.get("DDP_KNOB_RANKS", "")
+    if ranks and os.environ.get("RANK") not in ranks.split(","):
+        return {}
+    return os.environ
+
+
 def parse_args():
+    env = knob_env()
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -25,6 +51,10 @@ def parse_args():
     p.add_argument("--layers", type=int, default=4)
     # ~16 KiB per bucket: the model below has ~67 KB of parameters, so several buckets.
     p.add_argument("--bucket-cap-mb", type=float, default=0.016)
+    p.add_argument("--recompute", action="store_true", default=env.get("DDP_RECOMPUTE") == "1")
+    p.add_argument("--offload-activations", action="store_true",
+                   default=env.get("DDP_OFFLOAD_ACTIVATIONS") == "1")
+    p.add_argument("--matmul", choices=["float32", "float64"], default=env.get("DDP_MATMUL", "float32"))
     return p.parse_args()
 
 
@@ -43,17 +73,48 @@ def setup(args):
     return rank, world, device
 
 
+def linear64(x, layer):
+    bias = None if layer.bias is None else layer.bias.double()
+    return F.linear(x.double(), layer.weight.double(), bias).to(x.dtype)
+
+
 class MLP(nn.Module):
-    def __init__(self, dim, hidden, layers):
+    def __init__(self, dim, hidden, layers, recompute=False, matmul="float32"):
         super().__init__()
         blocks = []
         for _ in range(layers):
             blocks += [nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim)]
         self.body = nn.Sequential(*blocks)
         self.head = nn.Linear(dim, 1)
+        self.recompute = recompute
+        self.matmul = matmul
+
+    def block(self, i, x):
+        up, act, down = self.body[i:i + 3]
+        if self.matmul == "float64":
+            return linear64(act(linear64(x, up)), down)
+        return down(act(up(x)))
 
     def forward(self, x):
-        return self.head(self.body(x))
+        if not self.recompute and self.matmul == "float32":
+            return self.head(self.body(x))
+        for i in range(0, len(self.body), 3):
+            x = checkpoint(self.block, i, x, use_reentrant=False) if self.recompute else self.block(i, x)
+        return self.head(x)
+
+
+def offload_activations(device):
+    """Saved tensors to host memory in the forward, back in the backward."""
+    if device.type == "cuda":
+        return torch.autograd.graph.save_on_cpu(pin_memory=True)
+
+    def pack(t):
+        return t.detach().numpy().copy()
+
+    def unpack(array):  # back "to the device": a torch allocation again
+        return torch.from_numpy(array).clone()
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
 
 def main():
@@ -61,7 +122,7 @@ def main():
     rank, world, device = setup(args)
 
     torch.manual_seed(1234)  # identical init on every rank
-    model = MLP(args.dim, args.hidden, args.layers).to(device)
+    model = MLP(args.dim, args.hidden, args.layers, args.recompute, args.matmul).to(device)
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
               bucket_cap_mb=args.bucket_cap_mb)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
@@ -71,7 +132,8 @@ def main():
     for step in range(args.steps):
         x = torch.randn(args.batch, args.dim, generator=gen, device=device)
         y = torch.randn(args.batch, 1, generator=gen, device=device)
-        loss = nn.functional.mse_loss(ddp(x), y)
+        with offload_activations(device) if args.offload_activations else contextlib.nullcontext():
+            loss = nn.functional.mse_loss(ddp(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad()

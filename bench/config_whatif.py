@@ -1,0 +1,210 @@
+"""Config what-ifs of PrismLLM's Table 1 (issue #13 item 3): emulate a config change of the sandbox
+ranks from the UNCHANGED recording, and compare with real runs of the changed job.
+
+The job (tests/assets/jobs/ddp_cfg): examples/ddp at W=2 (a 4-block MLP, dim 256, hidden 1024,
+batch 128, one 25 MB gradient bucket), 6 steps (1 warm-up). It is recorded and calibrated
+unchanged; then rank 1 (the sandbox) runs with one change while vrank 0 keeps the recording:
+
+* ``recompute``: activation recomputation (``--env DDP_RECOMPUTE=1``: torch.utils.checkpoint on
+  every block);
+* ``offload``: activations offloaded to host memory (``--env DDP_OFFLOAD_ACTIVATIONS=1``:
+  ``saved_tensors_hooks`` that keep autograd's saved tensors as NumPy copies, outside the tracked
+  allocator, and bring them back in the backward);
+* ``matmul64``: another compute path (``--args '... --matmul float64'``: every Linear in float64).
+
+Two real runs of each change: with the change on every rank (the job's config changed) and on the
+sandbox ranks only (``DDP_KNOB_RANKS``: what the emulation models — the vranks are the unchanged
+recording). When the change slows the sandbox, the two agree (DDP's step is its slowest rank's);
+when it speeds it up, only the sandbox-only run is what the emulation can show. Per case:
+``--repeats`` real runs of each kind and emulations, alternated (the host's load drifts). Iteration time: per run the median of the
+sandbox rank's measured steps (after the warm-up), then the median over repeats. Peak memory: the
+tracked peak of the sandbox rank over the measured steps and over the whole run, each run's bytes.
+Also the sandbox rank's own compute per step (``compute_ms``: its compute spans, without waits),
+real and emulated: on a 2-core host the real job's ranks share the cores with each other, the
+emulated sandbox rank only with the replayer. The host's 1-minute load average is saved with each
+case.
+
+    python bench/config_whatif.py                 # → bench/results/config_whatif.json
+    python bench/config_whatif.py --cases recompute --repeats 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import pickle
+import statistics
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from prism.core.config import JobConfig, load_job
+from prism.core.whatif import SandboxChange
+from prism.core.workerspec import record_path
+from prism.graph.records import NodeKind
+from prism.sandbox.recording import record_job
+from prism.vrank_replayer import EmulateOptions
+from prism.vrank_replayer.calibrate_run import calibrate_run
+from prism.vrank_replayer.emulate_report import emulate_and_report
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = ROOT / "tests/assets/jobs/ddp_cfg/job.yaml"
+TARGET = 0.03
+
+
+def cases(job: JobConfig, sandbox: tuple[int, ...]) -> dict[str, tuple[SandboxChange, dict[str, JobConfig]]]:
+    """name → (the change as the sandbox gets it, {"all": the changed job every rank of a real run
+    runs, "sandbox": the job whose sandbox ranks alone run the change})."""
+    only = {"DDP_KNOB_RANKS": ",".join(map(str, sandbox))}
+
+    def env(**kv):
+        return SandboxChange(env=tuple(kv.items())), {
+            "all": dataclasses.replace(job, env={**job.env, **kv}),
+            "sandbox": dataclasses.replace(job, env={**job.env, **kv, **only})}
+
+    args = (*job.args, "--matmul", "float64")
+    return {"none": (SandboxChange(), {"all": job}),
+            "recompute": env(DDP_RECOMPUTE="1"),
+            "offload": env(DDP_OFFLOAD_ACTIVATIONS="1"),
+            "matmul64": (SandboxChange(args=args), {
+                "all": dataclasses.replace(job, args=args),
+                "sandbox": dataclasses.replace(job, env={**job.env, "DDP_MATMUL": "float64", **only})})}
+
+
+def compute_ms(nodes, skip: int) -> float:
+    """Median over the measured steps of the time a rank spent in its compute spans per step: how
+    fast its own work ran, apart from any wait on other ranks."""
+    per_step: dict[int, int] = {}
+    for n in nodes:
+        if n.kind is NodeKind.COMPUTE and n.step >= skip and n.duration_ns > 0:
+            per_step[n.step] = per_step.get(n.step, 0) + n.duration_ns
+    return statistics.median(per_step.values()) / 1e6 if per_step else float("nan")
+
+
+def real_run(job: JobConfig, run: Path, sandbox: tuple[int, ...]) -> dict:
+    graph = record_job(job, run, timeout_s=600)
+    skip = job.iterations.warmup
+    s = [graph.summaries[r] for r in sandbox]
+    return {"p50_ms": statistics.fmean(statistics.median(x.step_times_ns[skip:]) / 1e6 for x in s),
+            "compute_ms": statistics.fmean(compute_ms(graph.nodes[r], skip) for r in sandbox),
+            "measured_peak_bytes": [x.measured_peak_memory_bytes for x in s],
+            "peak_bytes": [x.peak_memory_bytes for x in s]}
+
+
+def emulation(run: Path, change: SandboxChange, out: Path, sandbox: tuple[int, ...]) -> dict:
+    rep = emulate_and_report(run, EmulateOptions(ranks=sandbox, change=change, timeout_s=600, out_dir=str(out)))
+    rows = [rep.data["ranks"][str(r)] for r in sandbox]
+    skip = rep.data["skip_steps"]
+    records = []
+    for r in sandbox:
+        with record_path(rep.out_dir, r).open("rb") as f:
+            records.append(pickle.load(f))  # noqa: S301 - prism's own worker output
+    return {"p50_ms": statistics.fmean(row["p50_ms"] for row in rows),
+            "compute_ms": statistics.fmean(compute_ms(rec.nodes, skip) for rec in records),
+            "measured_peak_bytes": [row["measured_peak_memory_bytes"] for row in rows],
+            "peak_bytes": [row["peak_memory_bytes"] for row in rows],
+            "diverged_ops": sum(len(row.get("diverged_ops") or []) for row in rows)}
+
+
+def peak_verdict(reals: list[dict], emus: list[dict], key: str) -> dict:
+    """Equal in bytes to every real run, or inside the real runs' spread (per sandbox rank)."""
+    real = [r[key] for r in reals]
+    emu = [e[key] for e in emus]
+    lo = [min(v[i] for v in real) for i in range(len(real[0]))]
+    hi = [max(v[i] for v in real) for i in range(len(real[0]))]
+    return {"real": real, "emulated": emu, "equal": all(v == real[0] for v in real + emu),
+            "in_spread": all(lo[i] <= v[i] <= hi[i] for v in emu for i in range(len(v)))}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", default="none,recompute,offload,matmul64")
+    p.add_argument("--ranks", default="1", help="sandbox ranks")
+    p.add_argument("--repeats", type=int, default=3, help="real runs and emulations per case")
+    p.add_argument("--keep", default=None, help="keep the run directories here")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "config_whatif.json"))
+    ns = p.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    console = Console()
+    sandbox = tuple(int(r) for r in ns.ranks.split(","))
+    job = load_job(JOB)
+    table = cases(job, sandbox)
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="prism-cfgwhatif-") as tmp:
+        base = Path(ns.keep or tmp)
+        run = base / "unchanged"
+        recorded = real_run(job, run, sandbox)
+        calibrate_run(run, slice_size=2, timeout_s=600)
+        for name in ns.cases.split(","):
+            change, real_jobs = table[name]
+            load = [os.getloadavg()[0]]
+            reals: dict[str, list[dict]] = {v: ([recorded] if name == "none" else []) for v in real_jobs}
+            emus: list[dict] = []
+            for i in range(ns.repeats):  # alternated: the host's load drifts
+                for variant, real_job in real_jobs.items():
+                    if len(reals[variant]) < ns.repeats:
+                        reals[variant].append(real_run(real_job, base / f"real-{name}-{variant}-{i}", sandbox))
+                emus.append(emulation(run, change, base / f"emu-{name}-{i}", sandbox))
+                console.print(f"{name} #{i}: real " + ", ".join(f"{v} {r[-1]['p50_ms']:.1f}" for v, r in reals.items())
+                              + f" ms; emulated {emus[-1]['p50_ms']:.1f} ms")
+            load.append(os.getloadavg()[0])
+            emu_ms = statistics.median(e["p50_ms"] for e in emus)
+            res: dict = {"change": change.describe(), "emulated_ms": [e["p50_ms"] for e in emus],
+                         "emulated_median_ms": emu_ms,
+                         "emulated_compute_ms": statistics.median(e["compute_ms"] for e in emus),
+                         "diverged_ops": [e["diverged_ops"] for e in emus],
+                         "load_average": load, "real": {}}
+            for variant, runs in reals.items():
+                real_ms = statistics.median(r["p50_ms"] for r in runs)
+                res["real"][variant] = {
+                    "ms": [r["p50_ms"] for r in runs], "median_ms": real_ms, "error": (emu_ms - real_ms) / real_ms,
+                    "compute_ms": statistics.median(r["compute_ms"] for r in runs),
+                    "time_met": abs(emu_ms - real_ms) <= TARGET * real_ms,
+                    "measured_peak": peak_verdict(runs, emus, "measured_peak_bytes"),
+                    "whole_run_peak": peak_verdict(runs, emus, "peak_bytes")}
+            results[name] = res
+    out_table = Table(title=f"config what-ifs on ranks {list(sandbox)} of {job.name} (W={job.world_size}), "
+                            "from the unchanged recording; real runs with the change on every rank / on the "
+                            "sandbox ranks only")
+    for c in ("change", "real ms all / sandbox", "emulated ms", "error all / sandbox",
+              "measured peak real = emulated B", "whole-run peak", "load"):
+        out_table.add_column(c, justify="right")
+
+    def verdict(v):
+        return "equal" if v["equal"] else "in spread" if v["in_spread"] else "DIFFERS"
+
+    for name, r in results.items():
+        rv = r["real"]
+        out_table.add_row(name, " / ".join(f"{x['median_ms']:.1f}" for x in rv.values()),
+                          f"{r['emulated_median_ms']:.1f}",
+                          " / ".join(f"{x['error'] * 100:+.1f} %" for x in rv.values()),
+                          f"{rv['all']['measured_peak']['emulated'][0][0]:,} ("
+                          + ", ".join(verdict(x["measured_peak"]) for x in rv.values()) + ")",
+                          ", ".join(verdict(x["whole_run_peak"]) for x in rv.values()),
+                          f"{r['load_average'][0]:.1f}–{r['load_average'][1]:.1f}")
+    console.print(out_table)
+    # the question the emulation answers is "rank(s) S changed, the rest as recorded": the real run
+    # with the change on the sandbox ranks only; for "none" that is the unchanged job
+    primary = {name: r["real"].get("sandbox", r["real"]["all"]) for name, r in results.items()}
+    summary = {"benchmark": "config_whatif", "job": str(JOB.relative_to(ROOT)), "sandbox": list(sandbox),
+               "world_size": job.world_size, "args": list(job.args), "repeats": ns.repeats,
+               "target_abs_error": TARGET, "cases": results,
+               "time_met_sandbox_only": all(x["time_met"] for x in primary.values()),
+               "time_met_all_ranks": all(r["real"]["all"]["time_met"] for r in results.values()),
+               "memory_met": all(x[k]["equal"] or x[k]["in_spread"] for r in results.values()
+                                 for x in r["real"].values() for k in ("measured_peak", "whole_run_peak"))}
+    out = Path(ns.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=1))
+    console.print(f"{out}: time {'met' if summary['time_met_sandbox_only'] else 'NOT met'} (sandbox only), "
+                  f"{'met' if summary['time_met_all_ranks'] else 'NOT met'} (every rank), "
+                  f"memory {'met' if summary['memory_met'] else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Config what-ifs (issue #13 item 3, docs/whatif.md): examples/ddp at W=2 is recorded unchanged;
+then sandbox rank 1 runs with activation recomputation, activation offload to host memory, or
+every Linear in float64, while vrank 0 keeps the recording. The emulated rank's tracked peaks
+must be the real changed run's to the byte (the tracker is deterministic and gloo's buffers are
+outside it), and the change must move them the way it moves the real run's. One pass each, the
+tracker inline (the peaks are what is asserted; timing on this host is measured by
+``bench/config_whatif.py``, bench/results/config_whatif.json)."""
+
+import dataclasses
+import json
+
+import pytest
+
+from prism.core.config import load_job
+from prism.core.whatif import SandboxChange
+from prism.sandbox.recording import record_job
+from prism.vrank_replayer import EmulateOptions
+from prism.vrank_replayer.calibrate_run import calibrate_run
+from prism.vrank_replayer.emulate_report import emulate_and_report
+from tests.conftest import ASSETS
+
+pytestmark = pytest.mark.timeout(120)
+
+SANDBOX = 1
+# small enough for the suite, activations still most of the peak (1024 x 512 floats per hidden)
+SIZE = {"--steps": "3", "--batch": "1024", "--layers": "2"}
+
+
+def base_job():
+    job = load_job(ASSETS / "jobs/ddp_cfg/job.yaml")
+    args = list(job.args)
+    for flag, value in SIZE.items():
+        args[args.index(flag) + 1] = value
+    return dataclasses.replace(job, args=tuple(args), iterations=dataclasses.replace(job.iterations, measured=2))
+
+
+CASES = {
+    "recompute": {"env": {"DDP_RECOMPUTE": "1"}},
+    "offload": {"env": {"DDP_OFFLOAD_ACTIVATIONS": "1"}},
+    "matmul64": {"args": ("--matmul", "float64")},
+}
+
+
+def changed(job, case):
+    """(the change the sandbox gets, the job every rank of the real run runs)."""
+    spec = CASES[case]
+    if "env" in spec:
+        return (SandboxChange(env=tuple(spec["env"].items())),
+                dataclasses.replace(job, env={**job.env, **spec["env"]}))
+    args = (*job.args, *spec["args"])
+    return SandboxChange(args=args), dataclasses.replace(job, args=args)
+
+
+@pytest.fixture(scope="module")
+def unchanged(tmp_path_factory):
+    run = tmp_path_factory.mktemp("cfgwhatif") / "run"
+    graph = record_job(base_job(), run, timeout_s=100, memory_pass=False)
+    calibrate_run(run, slice_size=2, timeout_s=100)
+    return run, graph.summaries[SANDBOX]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_emulated_rank_has_the_real_changed_runs_peaks(unchanged, tmp_path, case):
+    run, recorded = unchanged
+    change, real_job = changed(base_job(), case)
+    report = emulate_and_report(run, EmulateOptions(ranks=(SANDBOX,), change=change, timeout_s=100,
+                                                    memory="inline", out_dir=str(tmp_path / "emu")))
+    data = json.loads((report.out_dir / "report.json").read_text())
+    assert data["change"] == change.describe()
+    row = data["ranks"][str(SANDBOX)]
+    real = record_job(real_job, tmp_path / "real", timeout_s=100, memory_pass=False).summaries[SANDBOX]
+
+    # the change moves the peak (the recording is the unchanged job) ...
+    if case == "matmul64":  # float64 copies of the inputs and activations
+        assert real.measured_peak_memory_bytes > recorded.measured_peak_memory_bytes * 1.3
+    else:  # the blocks' activations are not held (recomputed / on the host) between forward and backward
+        assert real.measured_peak_memory_bytes < recorded.measured_peak_memory_bytes * 0.75
+    # ... and the emulated rank, running the change beside a vrank that does not, has the real peaks
+    assert row["measured_peak_memory_bytes"] == real.measured_peak_memory_bytes
+    assert row["peak_memory_bytes"] == real.peak_memory_bytes
+    assert data["recorded"][str(SANDBOX)]["measured_peak_memory_bytes"] == recorded.measured_peak_memory_bytes
+    if case != "matmul64":  # same values: recomputation and offload change where tensors live, not what they hold
+        assert row["diverged_ops"] == []
