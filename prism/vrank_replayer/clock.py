@@ -28,10 +28,12 @@ op, ``R`` the predicted time ``v`` reaches the point where it waits for the op):
   replayer will see count: messages with a sandbox peer always, collectives once announced
   (a pruned vrank of a collective is never told).
 * Through the job's warm-up steps (``warmup_steps``) a vrank keeps the sandbox's pace: it issues
-  at once and re-anchors on each real completion as if it had been ready for it. The recording's
-  warm-up steps hold start-up work (allocation, first calls, a launch of W processes contending
-  for the host) that the emulation's sandbox does not repeat at the same length; a vrank that kept
-  its calibrated pace through them held the first measured step back by up to seconds.
+  at once and re-anchors on each real completion as if it had been ready for it, and it issues its
+  measured ops at once too until one of them that it waits for has completed for real (the anchor
+  of the measured steps). The recording's warm-up steps hold start-up work (allocation, first
+  calls, the first optimizer step, a launch of W processes contending for the host) that the
+  emulation's sandbox does not repeat at the same length; a vrank that kept its calibrated pace
+  through them — up to its first measured op — held the first measured step back by up to seconds.
 * A real rank issues op ``j`` at its time: its own wake-up latency is inside the calibrated
   durations. The replayer's thread would add its own on top, so it asks to be woken early by the
   median lateness of its recent timed wake-ups (:meth:`TimedClock.wake_lead_ns`).
@@ -151,6 +153,8 @@ class TimedClock:
                  served: Iterable[OpKey] | None = None, timeout_s: float = 600.0, warmup_steps: int = 0) -> None:
         sandbox = frozenset(sandbox)
         self.warmup_steps = warmup_steps
+        self._measured_anchor: set[int] = set()
+        """Vranks whose offset was set by an op of a measured step (not by a warm-up one)."""
         wanted = sorted(set(vranks) if vranks is not None else set(timed.nodes) - sandbox)
         missing = [v for v in wanted if v not in timed.nodes]
         if missing:
@@ -194,7 +198,10 @@ class TimedClock:
         """Real time at which ``vrank`` issues ``node`` (−inf: at once)."""
         op = self._op(vrank, node)
         offset = self._offset.get(vrank)
-        return -math.inf if offset is None or op.step < self.warmup_steps else op.issue_ns + offset
+        if offset is None or op.step < self.warmup_steps or (
+                self.warmup_steps and vrank not in self._measured_anchor):
+            return -math.inf
+        return op.issue_ns + offset
 
     def announce(self, vrank: int, node: Node) -> None:
         with self._lock:
@@ -208,10 +215,14 @@ class TimedClock:
             if op.wait_ns >= 0:
                 offset = self._offset.get(vrank)
                 warmup = op.step < self.warmup_steps
-                reach = -math.inf if offset is None or warmup else op.wait_ns + offset
+                # The first measured anchor too: the old offset still holds the recorded warm-up.
+                fresh = warmup or (self.warmup_steps and vrank not in self._measured_anchor)
+                reach = -math.inf if offset is None or fresh else op.wait_ns + offset
                 release_real = max(real_ns, reach)
                 release_pred = max(op.end_ns, op.wait_ns)
                 self._offset[vrank] = release_real - release_pred
+                if not warmup:
+                    self._measured_anchor.add(vrank)
             self._conds[vrank].notify_all()
 
     # ------------------------------------------------------------------------------ real time

@@ -131,7 +131,7 @@ r1#5 MARK step_end step=1 t=5310+0
 """
 
 
-@pytest.mark.parametrize("warmup_steps, step1_issue", [(0, 1_005_110), (1, 1_000_400)])
+@pytest.mark.parametrize("warmup_steps, step1_issue", [(0, 1_005_110), (1, -math.inf)])
 def test_through_the_warmup_steps_vranks_keep_the_sandbox_pace(warmup_steps, step1_issue):
     g = parse_graph(WARMUP)
     clock = TimedClock(g, sandbox={1}, warmup_steps=warmup_steps)
@@ -143,5 +143,10 @@ def test_through_the_warmup_steps_vranks_keep_the_sandbox_pace(warmup_steps, ste
         assert clock.issue_at_ns(0, reply) == -math.inf  # warm-up ops go at once
     clock.complete_at(0, reply, 1_000_300)
     # without the rule the vrank would still be in its recorded warm-up and hold the sandbox's
-    # first measured step back by ~4,700 ns; with it, it goes on 100 ns (its steady compute) later
+    # first measured step back by ~4,700 ns; with it, its first measured op goes at once
     assert clock.issue_at_ns(0, steady) == step1_issue
+    if warmup_steps:
+        # ... and anchors it: an op the vrank waits for completes for real in the measured step
+        clock.complete_at(0, steady, 1_000_500)
+        assert clock.offset_ns(0) == 1_000_500 - 5310  # released at its predicted end, 5,310
+        assert clock.issue_at_ns(0, steady) == 5300 + 995_190  # timed again from here on
