@@ -198,10 +198,12 @@ class TimedClock:
         """Real time at which ``vrank`` issues ``node`` (−inf: at once)."""
         op = self._op(vrank, node)
         offset = self._offset.get(vrank)
-        if offset is None or op.step < self.warmup_steps or (
-                self.warmup_steps and vrank not in self._measured_anchor):
-            return -math.inf
-        return op.issue_ns + offset
+        return -math.inf if offset is None or self._keeps_pace(vrank) else op.issue_ns + offset
+
+    def _keeps_pace(self, vrank: int) -> bool:
+        """Before its first measured anchor a vrank follows the sandbox (module docstring); its
+        warm-up ops all come before that anchor, in program order."""
+        return self.warmup_steps > 0 and vrank not in self._measured_anchor
 
     def announce(self, vrank: int, node: Node) -> None:
         with self._lock:
@@ -214,14 +216,12 @@ class TimedClock:
             self._completed.add((vrank, op.index))
             if op.wait_ns >= 0:
                 offset = self._offset.get(vrank)
-                warmup = op.step < self.warmup_steps
                 # The first measured anchor too: the old offset still holds the recorded warm-up.
-                fresh = warmup or (self.warmup_steps and vrank not in self._measured_anchor)
-                reach = -math.inf if offset is None or fresh else op.wait_ns + offset
+                reach = -math.inf if offset is None or self._keeps_pace(vrank) else op.wait_ns + offset
                 release_real = max(real_ns, reach)
                 release_pred = max(op.end_ns, op.wait_ns)
                 self._offset[vrank] = release_real - release_pred
-                if not warmup:
+                if op.step >= self.warmup_steps:
                     self._measured_anchor.add(vrank)
             self._conds[vrank].notify_all()
 
