@@ -1,6 +1,6 @@
 """DDP example: a small MLP wrapped in DistributedDataParallel, trained with SGD.
 
-Three config knobs (PrismLLM Table 1's what-ifs, docs/whatif.md), off by default; each a flag or an
+Four config knobs (PrismLLM Table 1's what-ifs, docs/whatif.md), off by default; each a flag or an
 environment variable (the variable is read when the flag is absent, so one rank can differ):
 
 * ``--recompute`` / ``DDP_RECOMPUTE=1``: activation recomputation, torch.utils.checkpoint on every
@@ -9,6 +9,11 @@ environment variable (the variable is read when the flag is absent, so one rank 
   memory in the forward and come back in the backward (``saved_tensors_hooks``; on CUDA
   ``save_on_cpu(pin_memory=True)``, on a CPU job a NumPy copy: host memory outside the torch
   allocator, which plays the device here);
+* ``--offload-optimizer`` / ``DDP_OFFLOAD_OPTIMIZER=1``: the optimizer state (SGD's momentum
+  buffers) lives in host memory and the update runs there, ZeRO-Offload style (on CUDA: pinned host
+  buffers, the gradient copied down and the updated parameter copied back; on a CPU job: NumPy
+  memory outside the torch allocator, updated in place by the same arithmetic as ``torch.optim.SGD``,
+  so the values are bitwise those of the plain run);
 * ``--matmul float64`` / ``DDP_MATMUL=float64``: another compute path, every Linear computed in
   float64 (inputs and weights cast up, the output cast back to float32).
 
@@ -21,6 +26,7 @@ import contextlib
 import logging
 import os
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -54,6 +60,8 @@ def parse_args():
     p.add_argument("--recompute", action="store_true", default=env.get("DDP_RECOMPUTE") == "1")
     p.add_argument("--offload-activations", action="store_true",
                    default=env.get("DDP_OFFLOAD_ACTIVATIONS") == "1")
+    p.add_argument("--offload-optimizer", action="store_true",
+                   default=env.get("DDP_OFFLOAD_OPTIMIZER") == "1")
     p.add_argument("--matmul", choices=["float32", "float64"], default=env.get("DDP_MATMUL", "float32"))
     return p.parse_args()
 
@@ -117,6 +125,55 @@ def offload_activations(device):
     return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
 
+class HostSGD(torch.optim.Optimizer):
+    """SGD with momentum whose state and update live in host memory (optimizer-state offload).
+
+    The arithmetic is ``torch.optim.SGD``'s on one tensor at a time (dampening 0, no weight decay,
+    not Nesterov): the first step's buffer is the gradient, then ``buf = momentum * buf + grad``;
+    ``param -= lr * buf``."""
+
+    def __init__(self, params, lr, momentum, device):
+        super().__init__(params, dict(lr=lr, momentum=momentum))
+        self.device = device
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                if device.type == "cuda":
+                    state["momentum_buffer"] = torch.empty(p.shape, dtype=p.dtype, pin_memory=True)
+                    state["grad"] = torch.empty(p.shape, dtype=p.dtype, pin_memory=True)
+                    state["master"] = p.detach().to("cpu").pin_memory()
+                else:  # NumPy memory: host memory outside the torch allocator (the "device" of a CPU job)
+                    state["momentum_buffer"] = np.empty(tuple(p.shape), dtype=np.float32)
+                state["started"] = False
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self._update(p, self.state[p], group["lr"], group["momentum"])
+
+    def _update(self, p, state, lr, momentum):
+        buf = state["momentum_buffer"]
+        if self.device.type == "cuda":
+            grad, param = state["grad"], state["master"]
+            grad.copy_(p.grad)
+            if state["started"]:
+                buf.mul_(momentum).add_(grad)
+            else:
+                buf.copy_(grad)
+            param.add_(buf, alpha=-lr)
+            p.copy_(param, non_blocking=True)
+        else:  # NumPy arithmetic, float32 as torch's: the buffer never passes through a torch op's result
+            if state["started"]:
+                buf *= momentum
+                buf += p.grad.numpy()
+            else:
+                buf[...] = p.grad.numpy()
+            p.add_(torch.from_numpy(buf), alpha=-lr)
+        state["started"] = True
+
+
 def main():
     args = parse_args()
     rank, world, device = setup(args)
@@ -125,7 +182,10 @@ def main():
     model = MLP(args.dim, args.hidden, args.layers, args.recompute, args.matmul).to(device)
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
               bucket_cap_mb=args.bucket_cap_mb)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    if args.offload_optimizer:
+        opt = HostSGD(ddp.parameters(), lr=0.01, momentum=0.9, device=device)
+    else:
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
 
     # Drawn on the device, as a prefetching loader would deliver it: a step is the device's work.
     gen = torch.Generator(device=device).manual_seed(1000 + rank)  # per-rank data

@@ -1,6 +1,7 @@
 """Config what-ifs (issue #13 item 3, docs/whatif.md): examples/ddp at W=2 is recorded unchanged;
-then sandbox rank 1 runs with activation recomputation, activation offload to host memory, or
-every Linear in float64, while vrank 0 keeps the recording. The emulated rank's tracked peaks
+then sandbox rank 1 runs with activation recomputation, activation offload to host memory,
+optimizer-state offload (SGD's momentum in host memory, the update there), or every Linear in
+float64, while vrank 0 keeps the recording. The emulated rank's tracked peaks
 must be the real changed run's to the byte (the tracker is deterministic and gloo's buffers are
 outside it), and the change must move them the way it moves the real run's. One pass each, the
 tracker inline (the peaks are what is asserted; timing on this host is measured by
@@ -37,6 +38,7 @@ def base_job():
 CASES = {
     "recompute": {"env": {"DDP_RECOMPUTE": "1"}},
     "offload": {"env": {"DDP_OFFLOAD_ACTIVATIONS": "1"}},
+    "offload_optimizer": {"env": {"DDP_OFFLOAD_OPTIMIZER": "1"}},
     "matmul64": {"args": ("--matmul", "float64")},
 }
 
@@ -49,6 +51,13 @@ def changed(job, case):
                 dataclasses.replace(job, env={**job.env, **spec["env"]}))
     args = (*job.args, *spec["args"])
     return SandboxChange(args=args), dataclasses.replace(job, args=args)
+
+
+def momentum_bytes(job):
+    """SGD's momentum buffers: one float32 per parameter of examples/ddp's MLP."""
+    arg = {flag: int(job.args[job.args.index(flag) + 1]) for flag in ("--dim", "--hidden", "--layers")}
+    dim, hidden = arg["--dim"], arg["--hidden"]
+    return 4 * (arg["--layers"] * (dim * hidden + hidden + hidden * dim + dim) + dim + 1)
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +82,13 @@ def test_the_emulated_rank_has_the_real_changed_runs_peaks(unchanged, tmp_path, 
     # the change moves the peak (the recording is the unchanged job) ...
     if case == "matmul64":  # float64 copies of the inputs and activations
         assert real.measured_peak_memory_bytes > recorded.measured_peak_memory_bytes * 1.3
+    elif case == "offload_optimizer":  # SGD's momentum buffers, one per parameter, leave the tracked memory
+        assert recorded.measured_peak_memory_bytes - real.measured_peak_memory_bytes == momentum_bytes(base_job())
     else:  # the blocks' activations are not held (recomputed / on the host) between forward and backward
         assert real.measured_peak_memory_bytes < recorded.measured_peak_memory_bytes * 0.75
     # ... and the emulated rank, running the change beside a vrank that does not, has the real peaks
     assert row["measured_peak_memory_bytes"] == real.measured_peak_memory_bytes
     assert row["peak_memory_bytes"] == real.peak_memory_bytes
     assert data["recorded"][str(SANDBOX)]["measured_peak_memory_bytes"] == recorded.measured_peak_memory_bytes
-    if case != "matmul64":  # same values: recomputation and offload change where tensors live, not what they hold
+    if case != "matmul64":  # same values: recomputation and offloads change where tensors live, not what they hold
         assert row["diverged_ops"] == []
