@@ -5,9 +5,16 @@ Per example (ddp, fsdp2, tp, pp 1F1B and interleaved, moe, hybrid, synthetic) an
 alone measured 80-120 ms of CPU per step on the 2-core host) and ``default`` (the job file's
 arguments: short steps) — the job runs with 1 warm-up, 5 measured and 1 cool-down step:
 
-1. ``--real-repeats`` real runs (``record_job``; the first is the structure the calibration uses);
+1. a real run (``record_job``): the structure the calibration uses;
 2. one capture run and ``calibrate_run`` (slices of ``--slice-size`` real ranks);
-3. ``--repeats`` emulations of two sandbox ranks (default 2 and 5) on the timed clock.
+3. ``--repeats`` emulations of two sandbox ranks (default 2 and 5) on the timed clock, each
+   followed by one of ``--real-repeats`` more real runs (``--order alternate``, the default), whose
+   medians are the truth. ``--order phases`` (sessions 5-7) compares the emulations with the first
+   ``--real-repeats`` real runs taken before the calibration instead.
+
+Before every run and after the calibration a short single-threaded matmul probe times the host
+(``host_probe_ms`` per phase): the 16-core GPU machine is a VM whose CPU speed drifted by up to
+25 % between phases in session 7, which a phase-ordered bench turns into an emulation "error".
 
 Every run is timed without the CPU memory tracker (``PRISM_MEMORY=rss`` in the job's environment:
 real and emulated alike), so the figures compare like with like. Reported per rank: per-step
@@ -32,6 +39,8 @@ import statistics
 import threading
 import time
 from pathlib import Path
+
+import torch
 
 from prism.core.config import load_job
 from prism.graph.io import read_graph
@@ -86,28 +95,65 @@ def _comm_ops_per_step(nodes) -> float:
     return sum(1 for n in nodes if n.is_comm) / max(1, steps)
 
 
+def host_probe_ms() -> float:
+    """How fast this host runs a fixed single-threaded matmul now: the median of 5 takes of 20
+    256×256 float32 products (~5 ms each on an H200 host's core). On a VM whose CPU speed drifts
+    the real runs, the calibration and the emulations can meet different machines; the probes taken
+    between the phases say how different."""
+    a = torch.randn(256, 256)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        takes = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(20):
+                torch.mm(a, a)
+            takes.append((time.perf_counter() - t0) * 1e3)
+    finally:
+        torch.set_num_threads(threads)
+    return statistics.median(takes)
+
+
 def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...], repeats: int, real_repeats: int,
-                slice_size: int, calibration_repeats: int, timeout_s: float) -> dict:
+                slice_size: int, calibration_repeats: int, timeout_s: float, order: str = "alternate") -> dict:
+    """``order``: ``phases`` runs every real run, then the calibration, then every emulation;
+    ``alternate`` records the first real run (the structure the calibration uses), calibrates, then
+    alternates emulation i with real run i + 1, so a drift of the host's speed meets both sides
+    (the first real run is kept out of the medians then, unless there is no other)."""
     job = example_job(name, size)
     kept = WARMUP + MEASURED
     shutil.rmtree(run, ignore_errors=True)
     wall: dict[str, float] = {}
+    probes: dict[str, list[float]] = {"record": [], "calibrate": [], "emulate": []}
     t0 = time.time()
-    real_dirs = [run, *(run / "real-repeats" / str(i) for i in range(1, real_repeats))]
-    reals = [record_job(job, d, timeout_s=timeout_s) for d in real_dirs]
+    real_dirs = [run, *(run / "real-repeats" / str(i) for i in range(1, real_repeats + (order == "alternate")))]
+    first = 1 if order == "alternate" else len(real_dirs)
+    reals = []
+    for d in real_dirs[:first]:
+        probes["record"].append(host_probe_ms())
+        reals.append(record_job(job, d, timeout_s=timeout_s))
     wall["record_all"] = time.time() - t0
     t0 = time.time()
+    probes["calibrate"].append(host_probe_ms())
     capture_job(job, run, timeout_s=timeout_s)
     calibrate_run(run, slice_size=slice_size, skip_steps=WARMUP, repeats=calibration_repeats, timeout_s=timeout_s)
+    probes["calibrate"].append(host_probe_ms())
     wall["capture_and_calibrate"] = time.time() - t0
     timed = read_graph(run / "graph" / "timed")
     t0 = time.time()
-    emus = [emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s), skip_steps=WARMUP)
-            for _ in range(repeats)]
+    emus = []
+    for i in range(repeats):
+        probes["emulate"].append(host_probe_ms())
+        emus.append(emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s), skip_steps=WARMUP))
+        if first + i < len(real_dirs):
+            probes["record"].append(host_probe_ms())
+            reals.append(record_job(job, real_dirs[first + i], timeout_s=timeout_s))
     wall["emulate_all"] = time.time() - t0
+    compared = reals[1:] if order == "alternate" and len(reals) > 1 else reals
     rows = {}
     for r in ranks:
-        real_runs = [[s / 1e6 for s in g.summaries[r].step_times_ns][:kept] for g in reals]
+        real_runs = [[s / 1e6 for s in g.summaries[r].step_times_ns][:kept] for g in compared]
         real_ms = _median_steps(real_runs)
         emu_runs = [e.data["ranks"][str(r)]["step_ms"][:kept] for e in emus]
         emu_ms = _median_steps(emu_runs)
@@ -126,7 +172,8 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...], repe
         }
     return {"example": name, "size": size, "args": list(job.args), "world_size": job.world_size,
             "sandbox_ranks": list(ranks), "repeats": repeats, "real_repeats": real_repeats,
-            "slice_size": slice_size, "calibration_repeats": calibration_repeats, "wall_s": wall,
+            "slice_size": slice_size, "calibration_repeats": calibration_repeats, "order": order, "wall_s": wall,
+            "host_probe_ms": probes,
             "mean_abs_rel_error": max(abs(v["emulated"]["mean_rel_error"]) for v in rows.values()),
             "max_step_rel_error": max(v["emulated"]["max_rel_error"] for v in rows.values()),
             "calibrated_abs_rel_error": max(abs(v["calibrated_prediction"]["mean_rel_error"]) for v in rows.values()),
@@ -197,7 +244,9 @@ def _print(res: dict, took: float) -> None:
               f"({e['mean_rel_error'] * 100:+.2f} %, max step {e['max_rel_error'] * 100:.2f} %), calibrated "
               f"{c['mean_ms']:.1f} ms ({c['mean_rel_error'] * 100:+.2f} %)"
               + (f", {per_op:+.0f} us per comm op" if per_op is not None else ""), flush=True)
-    print(f"          {name} {size}: {took:.0f} s", flush=True)
+    pr = res.get("host_probe_ms") or {}
+    spread = ", ".join(f"{k} {min(v):.1f}–{max(v):.1f}" for k, v in pr.items() if v)
+    print(f"          {name} {size}: {took:.0f} s" + (f"; host probe ms: {spread}" if spread else ""), flush=True)
 
 
 def _write(summary: dict, out: Path, start: float) -> None:

@@ -305,6 +305,10 @@ def main() -> None:
                    help="with --examples: the time assumed for a job before one has finished")
     p.add_argument("--timeout", type=float, default=300.0, help="with --examples: stall limit of each run")
     p.add_argument("--parallel", type=int, default=1, help="with --examples: jobs at once")
+    p.add_argument("--order", choices=["alternate", "phases"], default="alternate",
+                   help="with --examples: alternate emulation i with real run i+1 after the calibration "
+                        "(default; a drifting host meets both sides), or every real run, the calibration, "
+                        "then every emulation (sessions 5-7)")
     ns = p.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     ranks = tuple(int(r) for r in ns.ranks.split(",")) if ns.ranks else None
@@ -348,7 +352,8 @@ def _examples(ns, ranks) -> None:
         summary = run_all(names, sizes, Path(ns.keep or tmp), out, budget_s=ns.budget_s, first_job_s=ns.first_job_s,
                           parallel=ns.parallel,
                           ranks=ranks or (2, 5), repeats=ns.repeats, real_repeats=ns.real_repeats,
-                          slice_size=ns.slice_size, calibration_repeats=ns.calibration_repeats, timeout_s=ns.timeout)
+                          slice_size=ns.slice_size, calibration_repeats=ns.calibration_repeats, timeout_s=ns.timeout,
+                          order=ns.order)
     print(f"{out}: {sum('ranks' in j for j in summary['jobs'])} of {len(summary['jobs'])} jobs measured; "
           f"long-step targets {'met' if summary.get('met_long') else 'NOT met'}", flush=True)
 
