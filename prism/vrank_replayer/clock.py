@@ -25,8 +25,9 @@ op, ``R`` the predicted time ``v`` reaches the point where it waits for the op):
   keeps its own (calibrated) pace otherwise.
 * ``v`` does not issue ``j`` before every op it waits for between ``i`` and ``j`` in its program
   has completed for real (causality: the real ``v`` is blocked there). Only ops whose completion the
-  replayer will see count: messages with a sandbox peer always, collectives once announced
-  (a pruned vrank of a collective is never told).
+  replayer will see count: messages with a sandbox peer always; collectives it serves always when
+  the replayer reports each one for every vrank of the group (``collectives_told``: a completion,
+  or :meth:`TimedClock.skip` for a pruned vrank), else once announced.
 * Through the job's warm-up steps (``warmup_steps``) a vrank keeps the sandbox's pace: it issues
   at once and re-anchors on each real completion as if it had been ready for it, and it issues its
   measured ops at once too until one of them that it waits for has completed for real (the anchor
@@ -70,6 +71,9 @@ class Clock(Protocol):
     def on_complete(self, vrank: int, node: Node) -> None:
         """The vrank's part of ``node`` is done (transfers with the sandbox finished)."""
 
+    def skip(self, vrank: int, node: Node) -> None:
+        """``vrank`` is pruned from the collective ``node``: the replayer will not play its part."""
+
 
 class AsapClock:
     """Bare-graph replay (calibration slices, value-only emulation): a vrank issues its next op
@@ -79,6 +83,9 @@ class AsapClock:
         return None
 
     def on_complete(self, vrank: int, node: Node) -> None:
+        return None
+
+    def skip(self, vrank: int, node: Node) -> None:
         return None
 
 
@@ -102,6 +109,14 @@ class VrankOp:
     """The vrank's step the op belongs to."""
 
 
+def _sure(n: Node, sandbox: frozenset[int], served: frozenset[OpKey] | None, collectives_told: bool) -> bool:
+    if served is not None and op_key(n) not in served:
+        return False
+    if n.kind is NodeKind.COLLECTIVE:
+        return collectives_told and served is not None
+    return n.peer in sandbox
+
+
 @dataclass(frozen=True, slots=True)
 class VrankSchedule:
     """What the clock knows of one vrank: its comm ops by identity."""
@@ -112,8 +127,11 @@ class VrankSchedule:
 
     @staticmethod
     def from_nodes(rank: int, nodes: tuple[Node, ...], sandbox: Iterable[int],
-                   served: frozenset[OpKey] | None = None) -> VrankSchedule:
-        """``served``: the ops whose completion this replayer sees (None: every op with the sandbox)."""
+                   served: frozenset[OpKey] | None = None, collectives_told: bool = False) -> VrankSchedule:
+        """``served``: the ops whose completion this replayer sees (None: every op with the sandbox).
+        ``collectives_told``: the replayer reports every served collective for each of its vranks —
+        a completion where the vrank takes part, :meth:`TimedClock.skip` where it is pruned — so
+        those are sure too (else a collective counts once announced)."""
         sandbox = frozenset(sandbox)
         if any(n.is_comm and n.start_ns < 0 for n in nodes):
             raise GraphError(f"rank {rank}: the timed graph has comm nodes without predicted times")
@@ -139,8 +157,7 @@ class VrankSchedule:
                 continue
             op = VrankOp(index=n.index, issue_ns=n.start_ns, end_ns=n.end_ns, wait_ns=wait_at.get(n.index, -1),
                          blockers=tuple(waited_before[n.index]),
-                         sure=n.kind is not NodeKind.COLLECTIVE and n.peer in sandbox
-                         and (served is None or op_key(n) in served), step=n.step)
+                         sure=_sure(n, sandbox, served, collectives_told), step=n.step)
             ops[op_key(n)] = op
             by_index[n.index] = op
         return VrankSchedule(rank, ops, by_index)
@@ -150,7 +167,8 @@ class TimedClock:
     """Real-time co-simulation clock over a timed graph (module docstring)."""
 
     def __init__(self, timed: Graph, sandbox: Iterable[int], *, vranks: Iterable[int] | None = None,
-                 served: Iterable[OpKey] | None = None, timeout_s: float = 600.0, warmup_steps: int = 0) -> None:
+                 served: Iterable[OpKey] | None = None, timeout_s: float = 600.0, warmup_steps: int = 0,
+                 collectives_told: bool = False) -> None:
         sandbox = frozenset(sandbox)
         self.warmup_steps = warmup_steps
         self._measured_anchor: set[int] = set()
@@ -160,7 +178,8 @@ class TimedClock:
         if missing:
             raise GraphError(f"the timed graph has no nodes for vranks {missing}")
         served = frozenset(served) if served is not None else None
-        self.schedules = {v: VrankSchedule.from_nodes(v, timed.nodes[v], sandbox, served) for v in wanted}
+        self.schedules = {v: VrankSchedule.from_nodes(v, timed.nodes[v], sandbox, served, collectives_told)
+                          for v in wanted}
         self.timeout_s = timeout_s
         self._offset: dict[int, float] = {}
         self._announced: set[tuple[int, int]] = set()
@@ -170,7 +189,8 @@ class TimedClock:
         # waiting to issue that vrank's ops wake up (not every channel thread of the replayer).
         self._conds = {v: threading.Condition(self._lock) for v in wanted}
         self.events: list[tuple[int, int, str, int]] = []
-        """(vrank, op index, ``issue`` | ``complete``, perf_counter_ns) of the ops played for real."""
+        """(vrank, op index, ``issue`` | ``complete``, perf_counter_ns) of the ops played for real, and
+        (vrank, op index, ``anchor``, the new offset in ns) at each re-anchoring."""
         self._wakeups: deque[float] = deque(maxlen=_WAKEUPS_KEPT)
         self._lead_ns = 0.0
 
@@ -223,6 +243,15 @@ class TimedClock:
                 self._offset[vrank] = release_real - release_pred
                 if op.step >= self.warmup_steps:
                     self._measured_anchor.add(vrank)
+                self.events.append((vrank, op.index, "anchor", int(self._offset[vrank])))
+            self._conds[vrank].notify_all()
+
+    def skip(self, vrank: int, node: Node) -> None:
+        """``vrank`` is pruned from the collective ``node`` (it exchanges nothing with the sandbox):
+        what waits for it need not wait for the replayer any longer; no re-anchoring."""
+        op = self._op(vrank, node)
+        with self._lock:
+            self._completed.add((vrank, op.index))
             self._conds[vrank].notify_all()
 
     # ------------------------------------------------------------------------------ real time
@@ -327,6 +356,10 @@ class CoSimClock:
 
     def on_complete(self, vrank: int, node: Node) -> None:
         self.complete_at(vrank, node, time.perf_counter_ns())
+
+    def skip(self, vrank: int, node: Node) -> None:
+        """A pruned vrank of a collective: the simulation already completes it without the replayer."""
+        return None
 
     def simulated(self) -> dict[str, list[tuple[int, int, int]]]:
         """Per vrank, ``(node index, reached, done)`` on the real clock of every node the

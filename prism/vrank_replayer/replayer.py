@@ -133,8 +133,12 @@ class Replayer:
             served = {op_key(n) for ch in self.channels for n in ch.nodes}  # with several replayers, not all
             timed = read_graph(spec.timed_graph_dir)
             if spec.clock == "offset":
+                # The host path reports every served collective for each vrank of its group (a completion,
+                # or a skip where the vrank is pruned): a vrank does not issue an op before the collectives
+                # it waits for earlier in its program, even while another channel has not reached them.
                 clock = TimedClock(timed, self.sandbox, vranks=vranks, served=served, timeout_s=spec.timeout_s,
-                                   warmup_steps=spec.warmup_steps)
+                                   warmup_steps=spec.warmup_steps,
+                                   collectives_told=spec.device_path not in ("nccl", "lanes"))
             else:
                 clock = CoSimClock(timed, self.sandbox, served=served, timeout_s=spec.timeout_s)
         self.clock = clock or AsapClock()
@@ -233,6 +237,11 @@ class Replayer:
                     self._played(ch, node, party, finish, last)
                 else:
                     in_flight.append(detached.submit(self._played, ch, node, party, finish, last))
+            if not ch.is_p2p:
+                played = parts[-1][3] if parts else set()
+                for g, member in enumerate(ch.members):
+                    if member not in self.sandbox and g not in played:
+                        self.clock.skip(member, node)
             with self._lock:
                 self.num_ops += 1
                 if self.first_op_done_unix_s is None:

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from prism.graph.text import parse_graph
-from prism.vrank_replayer.clock import TimedClock, VrankSchedule
+from prism.vrank_replayer.clock import TimedClock, VrankSchedule, op_key
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -87,7 +87,8 @@ def test_wait_until_issue_holds_the_vrank_until_its_predicted_time_in_real_time(
     clock.wait_until_issue(0, sandbox_node(g, 3))  # predicted 50 ms later
     waited = time.perf_counter() - t0
     assert 0.045 <= waited < 0.5
-    assert [e[2] for e in clock.events] == ["complete", "issue"]
+    assert [e[2] for e in clock.events] == ["anchor", "complete", "issue"]
+    assert clock.events[0][3] == clock.offset_ns(0)  # each re-anchoring leaves its new offset in the events
 
 
 def test_a_vrank_thread_asks_to_be_woken_early_by_the_median_of_its_recent_wake_up_delays():
@@ -150,3 +151,47 @@ def test_through_the_warmup_steps_vranks_keep_the_sandbox_pace(warmup_steps, ste
         clock.complete_at(0, steady, 1_000_500)
         assert clock.offset_ns(0) == 1_000_500 - 5310  # released at its predicted end, 5,310
         assert clock.issue_at_ns(0, steady) == 5300 + 995_190  # timed again from here on
+
+
+# Sandbox ranks 2 and 3; vrank 0 all-reduces with sandbox 2 (tp, group 0), then with sandbox 3
+# (dp, group 1), each synchronous, so its dp all-reduce may not go before the tp one completed.
+# Each group is served by its own channel thread of the replayer, which only announces the tp op
+# when it reaches it: before session 7 the dp thread could issue vrank 0's dp part first, and
+# sandbox 3 then ran ahead of sandbox 2 by the whole of sandbox 2's start-up.
+TWO_GROUPS = """
+graph world_size=4 kind=timed
+group 0 ranks=0,2 desc=tp
+group 1 ranks=0,1,3 desc=dp
+r0#0 COLL all_reduce g0:0 16B f32[4] step=0 t=0+100
+r0#1 COLL all_reduce g1:0 16B f32[4] step=0 t=100+100
+r0#2 MARK step_end step=0 t=200+0
+r1#0 COLL all_reduce g1:0 16B f32[4] step=0 t=100+100
+r1#1 MARK step_end step=0 t=200+0
+r2#0 COLL all_reduce g0:0 16B f32[4] step=0 t=0+100
+r2#1 MARK step_end step=0 t=200+0
+r3#0 COLL all_reduce g1:0 16B f32[4] step=0 t=100+100
+r3#1 MARK step_end step=0 t=200+0
+"""
+
+
+@pytest.mark.parametrize("told", [False, True])
+def test_a_vrank_waits_for_its_earlier_collectives_with_the_sandbox_that_no_channel_reached_yet(told):
+    g = parse_graph(TWO_GROUPS)
+    served = {op_key(g.nodes[2][0]), op_key(g.nodes[3][0])}
+    clock = TimedClock(g, sandbox={2, 3}, served=served, collectives_told=told)
+    tp, dp = g.nodes[2][0], g.nodes[3][0]
+    # the tp channel has not reached its op yet: only a told clock knows vrank 0 waits for it
+    assert clock.blocked_on(0, dp) == ([0] if told else [])
+    clock.complete_at(0, tp, 1_000)
+    assert clock.blocked_on(0, dp) == []
+    # where vrank 0 is pruned from the tp op, the replayer skips it: released, not re-anchored
+    clock2 = TimedClock(g, sandbox={2, 3}, served=served, collectives_told=told)
+    clock2.skip(0, tp)
+    assert clock2.blocked_on(0, dp) == [] and clock2.offset_ns(0) is None  # no re-anchoring
+
+
+def test_only_served_collectives_are_sure():
+    g = parse_graph(TWO_GROUPS)
+    dp_only = {op_key(g.nodes[3][0])}  # another replayer serves the tp group
+    clock = TimedClock(g, sandbox={2, 3}, served=dp_only, vranks=[0, 1], collectives_told=True)
+    assert clock.blocked_on(0, g.nodes[3][0]) == []
