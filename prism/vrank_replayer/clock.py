@@ -28,13 +28,14 @@ op, ``R`` the predicted time ``v`` reaches the point where it waits for the op):
   replayer will see count: messages with a sandbox peer always; collectives it serves always when
   the replayer reports each one for every vrank of the group (``collectives_told``: a completion,
   or :meth:`TimedClock.skip` for a pruned vrank), else once announced.
-* Through the job's warm-up steps (``warmup_steps``) a vrank keeps the sandbox's pace: it issues
-  at once and re-anchors on each real completion as if it had been ready for it, and it issues its
-  measured ops at once too until one of them that it waits for has completed for real (the anchor
-  of the measured steps). The recording's warm-up steps hold start-up work (allocation, first
-  calls, the first optimizer step, a launch of W processes contending for the host) that the
-  emulation's sandbox does not repeat at the same length; a vrank that kept its calibrated pace
-  through them — up to its first measured op — held the first measured step back by up to seconds.
+* Through the job's warm-up steps (``warmup_steps``) a vrank keeps the sandbox's pace: it
+  issues at once and re-anchors on each real completion as if it had been ready for it. Its
+  measured steps begin where its last warm-up anchor released it: until its first measured anchor
+  a measured op goes at that release plus its predicted time since the end of the last warm-up
+  step. The recording's warm-up steps hold start-up work (allocation, first calls, the first
+  optimizer step, a launch of W processes contending for the host) that the emulation's sandbox
+  does not repeat at the same length; a vrank that kept its calibrated pace through them held the
+  first measured step back by up to seconds.
 * A real rank issues op ``j`` at its time: its own wake-up latency is inside the calibrated
   durations. The replayer's thread would add its own on top, so it asks to be woken early by the
   median lateness of its recent timed wake-ups (:meth:`TimedClock.wake_lead_ns`).
@@ -109,6 +110,12 @@ class VrankOp:
     """The vrank's step the op belongs to."""
 
 
+def _measured_start_ns(nodes: tuple[Node, ...], warmup_steps: int) -> int:
+    """Predicted end of the last warm-up step (0 without warm-up steps or step marks)."""
+    ends = [n.start_ns for n in nodes if n.kind is NodeKind.MARK and n.mark == "step_end" and n.step < warmup_steps]
+    return max(ends, default=0)
+
+
 def _sure(n: Node, sandbox: frozenset[int], served: frozenset[OpKey] | None, collectives_told: bool) -> bool:
     if served is not None and op_key(n) not in served:
         return False
@@ -181,6 +188,10 @@ class TimedClock:
         self.schedules = {v: VrankSchedule.from_nodes(v, timed.nodes[v], sandbox, served, collectives_told)
                           for v in wanted}
         self.timeout_s = timeout_s
+        self._measured_start_ns = {v: _measured_start_ns(timed.nodes[v], warmup_steps) for v in wanted}
+        """Predicted start of each vrank's first measured step (the end of its last warm-up step)."""
+        self._warmup_release: dict[int, float] = {}
+        """Real release of each vrank's last warm-up anchor: where its measured steps begin."""
         self._offset: dict[int, float] = {}
         self._announced: set[tuple[int, int]] = set()
         self._completed: set[tuple[int, int]] = set()
@@ -218,7 +229,20 @@ class TimedClock:
         """Real time at which ``vrank`` issues ``node`` (−inf: at once)."""
         op = self._op(vrank, node)
         offset = self._offset.get(vrank)
-        return -math.inf if offset is None or self._keeps_pace(vrank) else op.issue_ns + offset
+        if offset is None:
+            return -math.inf
+        if self._keeps_pace(vrank):
+            return self._from_warmup_ns(vrank, op.step, op.issue_ns)
+        return op.issue_ns + offset
+
+    def _from_warmup_ns(self, vrank: int, step: int, predicted_ns: int) -> float:
+        """Before its first measured anchor: a warm-up op goes at once; a measured one at its place in
+        the timed graph's measured steps, counted from the vrank's last warm-up release (the tail of
+        the recorded warm-up step — first-call and start-up work — is not replayed)."""
+        entry = self._warmup_release.get(vrank)
+        if step < self.warmup_steps or entry is None:
+            return -math.inf
+        return entry + (predicted_ns - self._measured_start_ns[vrank])
 
     def _keeps_pace(self, vrank: int) -> bool:
         """Before its first measured anchor a vrank follows the sandbox (module docstring); its
@@ -236,13 +260,19 @@ class TimedClock:
             self._completed.add((vrank, op.index))
             if op.wait_ns >= 0:
                 offset = self._offset.get(vrank)
-                # The first measured anchor too: the old offset still holds the recorded warm-up.
-                reach = -math.inf if offset is None or self._keeps_pace(vrank) else op.wait_ns + offset
+                if offset is None:
+                    reach = -math.inf
+                elif self._keeps_pace(vrank):  # the old offset still holds the recorded warm-up
+                    reach = self._from_warmup_ns(vrank, op.step, op.wait_ns)
+                else:
+                    reach = op.wait_ns + offset
                 release_real = max(real_ns, reach)
                 release_pred = max(op.end_ns, op.wait_ns)
                 self._offset[vrank] = release_real - release_pred
                 if op.step >= self.warmup_steps:
                     self._measured_anchor.add(vrank)
+                else:
+                    self._warmup_release[vrank] = max(release_real, self._warmup_release.get(vrank, -math.inf))
                 self.events.append((vrank, op.index, "anchor", int(self._offset[vrank])))
             self._conds[vrank].notify_all()
 

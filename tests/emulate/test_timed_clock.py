@@ -132,7 +132,7 @@ r1#5 MARK step_end step=1 t=5310+0
 """
 
 
-@pytest.mark.parametrize("warmup_steps, step1_issue", [(0, 1_005_110), (1, -math.inf)])
+@pytest.mark.parametrize("warmup_steps, step1_issue", [(0, 1_005_110), (1, 1_000_400)])
 def test_through_the_warmup_steps_vranks_keep_the_sandbox_pace(warmup_steps, step1_issue):
     g = parse_graph(WARMUP)
     clock = TimedClock(g, sandbox={1}, warmup_steps=warmup_steps)
@@ -144,7 +144,8 @@ def test_through_the_warmup_steps_vranks_keep_the_sandbox_pace(warmup_steps, ste
         assert clock.issue_at_ns(0, reply) == -math.inf  # warm-up ops go at once
     clock.complete_at(0, reply, 1_000_300)
     # without the rule the vrank would still be in its recorded warm-up and hold the sandbox's
-    # first measured step back by ~4,700 ns; with it, its first measured op goes at once
+    # first measured step back by ~4,700 ns; with it, the measured step starts where the warm-up
+    # released the vrank (1,000,300) and its op comes after its 100 ns of compute
     assert clock.issue_at_ns(0, steady) == step1_issue
     if warmup_steps:
         # ... and anchors it: an op the vrank waits for completes for real in the measured step
