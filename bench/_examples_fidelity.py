@@ -149,6 +149,9 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...], repe
         if first + i < len(real_dirs):
             probes["record"].append(host_probe_ms())
             reals.append(record_job(job, real_dirs[first + i], timeout_s=timeout_s))
+    for d in real_dirs[len(reals):]:  # more real runs than emulations
+        probes["record"].append(host_probe_ms())
+        reals.append(record_job(job, d, timeout_s=timeout_s))
     wall["emulate_all"] = time.time() - t0
     compared = reals[1:] if order == "alternate" and len(reals) > 1 else reals
     rows = {}
