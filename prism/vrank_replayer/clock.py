@@ -27,7 +27,7 @@ op, ``R`` the predicted time ``v`` reaches the point where it waits for the op):
   has completed for real (causality: the real ``v`` is blocked there). Only ops whose completion the
   replayer will see count: messages with a sandbox peer always; collectives it serves always when
   the replayer reports each one for every vrank of the group (``collectives_told``: a completion,
-  or :meth:`TimedClock.skip` for a pruned vrank), else once announced.
+  marked done once the replayer finished it: :meth:`TimedClock.collective_done`), else once announced.
 * Through the job's warm-up steps (``warmup_steps``) a vrank keeps the sandbox's pace: it
   issues at once and re-anchors on each real completion as if it had been ready for it. Its
   measured steps begin where its last warm-up anchor released it: until its first measured anchor
@@ -72,8 +72,9 @@ class Clock(Protocol):
     def on_complete(self, vrank: int, node: Node) -> None:
         """The vrank's part of ``node`` is done (transfers with the sandbox finished)."""
 
-    def skip(self, vrank: int, node: Node) -> None:
-        """``vrank`` is pruned from the collective ``node``: the replayer will not play its part."""
+    def collective_done(self, node: Node) -> None:
+        """The replayer finished the collective ``node``: every vrank's part in it is over (played,
+        or pruned)."""
 
 
 class AsapClock:
@@ -86,7 +87,7 @@ class AsapClock:
     def on_complete(self, vrank: int, node: Node) -> None:
         return None
 
-    def skip(self, vrank: int, node: Node) -> None:
+    def collective_done(self, node: Node) -> None:
         return None
 
 
@@ -108,6 +109,8 @@ class VrankOp:
     """The replayer always sees this op's completion (a message with a sandbox peer)."""
     step: int = 0
     """The vrank's step the op belongs to."""
+    key: OpKey = ()
+    """The op's identity (shared by all members)."""
 
 
 def _measured_start_ns(nodes: tuple[Node, ...], warmup_steps: int) -> int:
@@ -137,7 +140,7 @@ class VrankSchedule:
                    served: frozenset[OpKey] | None = None, collectives_told: bool = False) -> VrankSchedule:
         """``served``: the ops whose completion this replayer sees (None: every op with the sandbox).
         ``collectives_told``: the replayer reports every served collective for each of its vranks —
-        a completion where the vrank takes part, :meth:`TimedClock.skip` where it is pruned — so
+        a completion where the vrank takes part, :meth:`TimedClock.collective_done` for all — so
         those are sure too (else a collective counts once announced)."""
         sandbox = frozenset(sandbox)
         if any(n.is_comm and n.start_ns < 0 for n in nodes):
@@ -164,7 +167,7 @@ class VrankSchedule:
                 continue
             op = VrankOp(index=n.index, issue_ns=n.start_ns, end_ns=n.end_ns, wait_ns=wait_at.get(n.index, -1),
                          blockers=tuple(waited_before[n.index]),
-                         sure=_sure(n, sandbox, served, collectives_told), step=n.step)
+                         sure=_sure(n, sandbox, served, collectives_told), step=n.step, key=op_key(n))
             ops[op_key(n)] = op
             by_index[n.index] = op
         return VrankSchedule(rank, ops, by_index)
@@ -195,6 +198,8 @@ class TimedClock:
         self._offset: dict[int, float] = {}
         self._announced: set[tuple[int, int]] = set()
         self._completed: set[tuple[int, int]] = set()
+        self._done_keys: set[OpKey] = set()
+        """Collectives the replayer finished (:meth:`collective_done`)."""
         self._lock = threading.Lock()
         # One condition per vrank: a completion re-anchors only its own vrank, so only the threads
         # waiting to issue that vrank's ops wake up (not every channel thread of the replayer).
@@ -223,6 +228,7 @@ class TimedClock:
         op = self._op(vrank, node)
         sched = self.schedules[vrank]
         return [i for i in op.blockers if (vrank, i) not in self._completed
+                and sched.by_index[i].key not in self._done_keys
                 and (sched.by_index[i].sure or (vrank, i) in self._announced)]
 
     def issue_at_ns(self, vrank: int, node: Node) -> float:
@@ -276,13 +282,14 @@ class TimedClock:
                 self.events.append((vrank, op.index, "anchor", int(self._offset[vrank])))
             self._conds[vrank].notify_all()
 
-    def skip(self, vrank: int, node: Node) -> None:
-        """``vrank`` is pruned from the collective ``node`` (it exchanges nothing with the sandbox):
-        what waits for it need not wait for the replayer any longer; no re-anchoring."""
-        op = self._op(vrank, node)
+    def collective_done(self, node: Node) -> None:
+        """The replayer finished the collective ``node``: what waits for a vrank's part in it need not
+        wait any longer (a pruned vrank's part included); no re-anchoring. One mark per op, not one
+        per member of the group."""
         with self._lock:
-            self._completed.add((vrank, op.index))
-            self._conds[vrank].notify_all()
+            self._done_keys.add(op_key(node))
+            for cond in self._conds.values():
+                cond.notify_all()
 
     # ------------------------------------------------------------------------------ real time
 
@@ -387,8 +394,8 @@ class CoSimClock:
     def on_complete(self, vrank: int, node: Node) -> None:
         self.complete_at(vrank, node, time.perf_counter_ns())
 
-    def skip(self, vrank: int, node: Node) -> None:
-        """A pruned vrank of a collective: the simulation already completes it without the replayer."""
+    def collective_done(self, node: Node) -> None:
+        """Pruned vranks of a collective: the simulation already completes them without the replayer."""
         return None
 
     def simulated(self) -> dict[str, list[tuple[int, int, int]]]:

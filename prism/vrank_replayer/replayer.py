@@ -134,7 +134,7 @@ class Replayer:
             timed = read_graph(spec.timed_graph_dir)
             if spec.clock == "offset":
                 # The host path reports every served collective for each vrank of its group (a completion,
-                # or a skip where the vrank is pruned): a vrank does not issue an op before the collectives
+                # then the collective marked done, which covers pruned vranks): a vrank does not issue an op before the collectives
                 # it waits for earlier in its program, even while another channel has not reached them.
                 clock = TimedClock(timed, self.sandbox, vranks=vranks, served=served, timeout_s=spec.timeout_s,
                                    warmup_steps=spec.warmup_steps,
@@ -238,10 +238,7 @@ class Replayer:
                 else:
                     in_flight.append(detached.submit(self._played, ch, node, party, finish, last))
             if not ch.is_p2p:
-                played = parts[-1][3] if parts else set()
-                for g, member in enumerate(ch.members):
-                    if member not in self.sandbox and g not in played:
-                        self.clock.skip(member, node)
+                self.clock.collective_done(node)
             with self._lock:
                 self.num_ops += 1
                 if self.first_op_done_unix_s is None:
