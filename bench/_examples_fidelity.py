@@ -19,8 +19,11 @@ Before every run and after the calibration a short single-threaded matmul probe 
 Every run is timed without the CPU memory tracker (``PRISM_MEMORY=rss`` in the job's environment:
 real and emulated alike), so the figures compare like with like. Reported per rank: per-step
 medians of the real runs and of the emulations, the emulated mean and max-step errors, the
-calibrated prediction's error, and the emulator's overhead per comm op of the rank (emulated −
-real ms per step over the rank's comm ops per step).
+calibrated prediction's error, the emulator's overhead per comm op of the rank (emulated −
+real ms per step over the rank's comm ops per step), and ``breakdown_ms``: the median measured
+step split into the rank's compute and the rest (comm calls, waits, gaps) for the real runs, the
+timed graph and the emulations — a host that drifted shows in the compute, the emulator's own cost
+in the rest.
 
 ``--parallel N`` runs N jobs at once (each is W=8 processes plus a replayer: 2 fit 32 cores).
 ``--budget-s``: a job is started only when the time spent so far plus the longest job so far (or
@@ -95,6 +98,24 @@ def _comm_ops_per_step(nodes) -> float:
     return sum(1 for n in nodes if n.is_comm) / max(1, steps)
 
 
+def _breakdown_ms(nodes, steps: range) -> dict[str, float]:
+    """Median over ``steps`` of the rank's compute (COMPUTE nodes) and the rest of the step (its
+    comm calls, waits and gaps): the sandbox's compute meets the host's speed of the moment, the
+    rest the vranks' calibrated pace plus the emulator's own cost per op."""
+    ends = [n.start_ns for n in nodes if n.kind is NodeKind.MARK and n.mark == "step_end"]
+    step_ns = [b - a for a, b in zip([ends[0], *ends], ends, strict=False)]  # step 0's start is not marked
+    compute: dict[int, int] = {}
+    for n in nodes:
+        if n.kind is NodeKind.COMPUTE and n.duration_ns > 0:
+            compute[n.step] = compute.get(n.step, 0) + n.duration_ns
+    kept = [s for s in steps if s < len(step_ns)]
+    if not kept:
+        return {}
+    c = statistics.median(compute.get(s, 0) / 1e6 for s in kept)
+    total = statistics.median(step_ns[s] / 1e6 for s in kept)
+    return {"compute_ms": round(c, 3), "rest_ms": round(total - c, 3)}
+
+
 def host_probe_ms() -> float:
     """How fast this host runs a fixed single-threaded matmul now: the median of 5 takes of 20
     256×256 float32 products (~5 ms each on an H200 host's core). On a VM whose CPU speed drifts
@@ -164,6 +185,12 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...], repe
         pred_ms = [(b - a) / 1e6 for a, b in zip([0, *ends[:-1]], ends, strict=False)][:kept]
         emulated = step_errors(emu_ms, real_ms, WARMUP)
         ops = _comm_ops_per_step(reals[0].nodes[r])
+        measured = range(WARMUP, kept)
+        views = {"real": [_breakdown_ms(g.nodes[r], measured) for g in compared],
+                 "emulated": [_breakdown_ms(e.nodes[r], measured) for e in emus if r in e.nodes]}
+        breakdown = {k: {f: statistics.median(v[f] for v in vs if v) for f in ("compute_ms", "rest_ms")}
+                     for k, vs in views.items() if any(vs)}
+        breakdown["calibrated"] = _breakdown_ms(timed.nodes[r], measured)
         rows[str(r)] = {
             "real_step_ms": real_ms, "real_runs_step_ms": real_runs,
             "emulated_step_ms": emu_ms, "emulated_runs_step_ms": emu_runs,
@@ -171,6 +198,7 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...], repe
             "calibrated_step_ms": pred_ms,
             "calibrated_prediction": dataclasses.asdict(step_errors(pred_ms, real_ms, WARMUP)),
             "comm_ops_per_step": ops,
+            "breakdown_ms": breakdown,
             "overhead_us_per_comm_op": (emulated.mean_ms - emulated.real_mean_ms) * 1e3 / ops if ops else None,
         }
     return {"example": name, "size": size, "args": list(job.args), "world_size": job.world_size,
@@ -247,6 +275,10 @@ def _print(res: dict, took: float) -> None:
               f"({e['mean_rel_error'] * 100:+.2f} %, max step {e['max_rel_error'] * 100:.2f} %), calibrated "
               f"{c['mean_ms']:.1f} ms ({c['mean_rel_error'] * 100:+.2f} %)"
               + (f", {per_op:+.0f} us per comm op" if per_op is not None else ""), flush=True)
+        b = v.get("breakdown_ms") or {}
+        if b:
+            print(f"          {name} {size} r{r} compute / rest ms: "
+                  + ", ".join(f"{k} {x['compute_ms']:.1f} / {x['rest_ms']:.1f}" for k, x in b.items() if x), flush=True)
     pr = res.get("host_probe_ms") or {}
     spread = ", ".join(f"{k} {min(v):.1f}–{max(v):.1f}" for k, v in pr.items() if v)
     print(f"          {name} {size}: {took:.0f} s" + (f"; host probe ms: {spread}" if spread else ""), flush=True)

@@ -28,6 +28,16 @@ case.
 
     python bench/config_whatif.py                 # → bench/results/config_whatif.json
     python bench/config_whatif.py --cases recompute --repeats 1
+    python bench/config_whatif.py --duet          # a VM whose CPU speed drifts (the 16-core machine)
+
+``--duet`` (duet benchmarking, Bulej et al., ICPE 2020): on a VM whose CPU speed drifts by tens of
+per cent within minutes, runs taken one after the other meet different machines. The host's
+physical cores are split in two halves: real runs of the changed job on one, prism on the other,
+*at the same time*, so a drift meets both sides. Per case the calibration is re-taken (on the
+prism half, real runs looping on the other half beside it, so it meets the same neighbours as the
+emulations do), then each of ``--repeats`` emulations runs beside one real run. Reported per case:
+the medians as above (over the concurrent real runs) and ``paired_error``, the median over the
+pairs of emulated / real − 1.
 """
 
 from __future__ import annotations
@@ -39,7 +49,10 @@ import logging
 import os
 import pickle
 import statistics
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -115,6 +128,81 @@ def emulation(run: Path, change: SandboxChange, out: Path, sandbox: tuple[int, .
             "diverged_ops": sum(len(row.get("diverged_ops") or []) for row in rows)}
 
 
+def core_halves() -> tuple[set[int], set[int]]:
+    """This process's CPUs split into two halves of whole physical cores (hyperthread siblings stay
+    together), so the two sides of a duet do not share a core."""
+    cpus = sorted(os.sched_getaffinity(0))
+    cores: dict[str, set[int]] = {}
+    for c in cpus:
+        sib = Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list")
+        key = sib.read_text().strip() if sib.is_file() else str(c)
+        cores.setdefault(key, set()).add(c)
+    groups = list(cores.values())
+    if len(groups) < 2:
+        raise SystemExit(f"--duet needs at least 2 physical cores; this process has CPUs {cpus}")
+    half = len(groups) // 2
+    return set().union(*groups[:half]), set().union(*groups[half:])
+
+
+def _spawn(spec: dict, cpus: set[int], tmp: Path) -> tuple[subprocess.Popen, Path]:
+    """This script as a child (``--child``) pinned to ``cpus``; prism's workers inherit the mask."""
+    path = tmp / f"child-{time.monotonic_ns()}.pkl"
+    result = path.with_suffix(".json")
+    path.write_bytes(pickle.dumps({**spec, "result": str(result)}))
+    proc = subprocess.Popen([sys.executable, __file__, "--child", str(path)],
+                            preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+    return proc, result
+
+
+def _collect(proc: subprocess.Popen, result: Path) -> dict:
+    if proc.wait() != 0:
+        raise SystemExit(f"a duet child failed (exit {proc.returncode}); its output is above")
+    return json.loads(result.read_text())
+
+
+def child(spec_path: str) -> None:
+    spec = pickle.loads(Path(spec_path).read_bytes())  # noqa: S301 - written by the parent above
+    logging.basicConfig(level=logging.WARNING)
+    if spec["op"] == "real":
+        out = real_run(spec["job"], Path(spec["run"]), spec["sandbox"], spec["inline"])
+    elif spec["op"] == "emulate":
+        out = emulation(Path(spec["run"]), spec["change"], Path(spec["out"]), spec["sandbox"], spec["inline"])
+    else:
+        calibrate_run(spec["run"], slice_size=2, repeats=spec["repeats"], timeout_s=600)
+        out = {}
+    Path(spec["result"]).write_text(json.dumps(out))
+
+
+def duet_case(name: str, change: SandboxChange, real_job: JobConfig, run: Path, base: Path, sandbox, inline: bool,
+              repeats: int, calibration_repeats: int, halves, console: Console) -> dict:
+    """Re-calibrate beside looping real runs, then ``repeats`` emulations each beside a real run."""
+    real_cpus, prism_cpus = halves
+    common = {"sandbox": sandbox, "inline": inline}
+    tmp = base / "duet"
+    tmp.mkdir(parents=True, exist_ok=True)
+
+    def real_spec(tag: str) -> dict:
+        return {"op": "real", "job": real_job, "run": str(base / f"real-{name}-{tag}"), **common}
+
+    cal, cal_res = _spawn({"op": "calibrate", "run": str(run), "repeats": calibration_repeats}, prism_cpus, tmp)
+    beside_calibration = []
+    while cal.poll() is None:
+        beside_calibration.append(_collect(*_spawn(real_spec(f"c{len(beside_calibration)}"), real_cpus, tmp)))
+    _collect(cal, cal_res)
+    pairs = []
+    for i in range(repeats):
+        emu = _spawn({"op": "emulate", "run": str(run), "change": change, "out": str(base / f"emu-{name}-{i}"),
+                      **common}, prism_cpus, tmp)
+        real = _spawn(real_spec(str(i)), real_cpus, tmp)
+        pairs.append((_collect(*real), _collect(*emu)))
+        console.print(f"{name} duet #{i}: real {pairs[-1][0]['p50_ms']:.1f} ms beside emulated "
+                      f"{pairs[-1][1]['p50_ms']:.1f} ms")
+    return {"beside_calibration_ms": [r["p50_ms"] for r in beside_calibration],
+            "reals": [r for r, _ in pairs], "emus": [e for _, e in pairs],
+            "paired_error": statistics.median(e["p50_ms"] / r["p50_ms"] - 1 for r, e in pairs),
+            "real_cpus": sorted(real_cpus), "prism_cpus": sorted(prism_cpus)}
+
+
 def peak_verdict(reals: list[dict], emus: list[dict], key: str) -> dict:
     """Equal in bytes to every real run, or inside the real runs' spread (per sandbox rank)."""
     real = [r[key] for r in reals]
@@ -129,12 +217,13 @@ def write_summary(out: Path, job: JobConfig, sandbox: tuple[int, ...], repeats: 
                   results: dict) -> dict:
     # the question the emulation answers is "rank(s) S changed, the rest as recorded": the real run
     # with the change on the sandbox ranks only; for "none" that is the unchanged job
-    primary = {name: r["real"].get("sandbox", r["real"]["all"]) for name, r in results.items()}
+    primary = {name: r["real"]["sandbox"] if "sandbox" in r["real"] else r["real"]["all"]
+               for name, r in results.items()}
     summary = {"benchmark": "config_whatif", "job": str(JOB.relative_to(ROOT)), "sandbox": list(sandbox),
                "world_size": job.world_size, "args": list(job.args), "repeats": repeats, "settings": settings,
                "cpus": os.cpu_count(), "target_abs_error": TARGET, "cases": results,
                "time_met_sandbox_only": all(x["time_met"] for x in primary.values()),
-               "time_met_all_ranks": all(r["real"]["all"]["time_met"] for r in results.values()),
+               "time_met_all_ranks": all(r["real"]["all"]["time_met"] for r in results.values() if "all" in r["real"]),
                "memory_met": all(x[k]["equal"] or x[k]["in_spread"] for r in results.values()
                                  for x in r["real"].values() for k in ("measured_peak", "whole_run_peak"))}
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -152,16 +241,24 @@ def main() -> None:
     p.add_argument("--memory-pass", action="store_true",
                    help="track the peaks in a separate untimed run of each real run and emulation (default: "
                         "inline, one run each; the tracker's ~5 us per aten op is well under 1 %% of these steps)")
+    p.add_argument("--duet", action="store_true",
+                   help="real runs and prism side by side on two halves of the cores, at the same time "
+                        "(module docstring); compares with the real run of the change on the sandbox ranks only")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--keep", default=None, help="keep the run directories here")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "config_whatif.json"))
     ns = p.parse_args()
+    if ns.child:
+        return child(ns.child)
     logging.basicConfig(level=logging.WARNING)
     console = Console()
     sandbox = tuple(int(r) for r in ns.ranks.split(","))
     job = load_job(JOB)
     table = cases(job, sandbox)
     results = {}
-    settings = {"calibration_repeats": ns.calibration_repeats, "memory": "pass" if ns.memory_pass else "inline"}
+    settings = {"calibration_repeats": ns.calibration_repeats, "memory": "pass" if ns.memory_pass else "inline",
+                "design": "duet" if ns.duet else "alternated"}
+    halves = core_halves() if ns.duet else None
     with tempfile.TemporaryDirectory(prefix="prism-cfgwhatif-") as tmp:
         base = Path(ns.keep or tmp)
         run = base / "unchanged"
@@ -171,9 +268,18 @@ def main() -> None:
         for name in ns.cases.split(","):
             change, real_jobs = table[name]
             load = [os.getloadavg()[0]]
-            reals: dict[str, list[dict]] = {v: ([recorded] if name == "none" else []) for v in real_jobs}
+            duet = None
+            if ns.duet:
+                variant = "sandbox" if "sandbox" in real_jobs else "all"
+                duet = duet_case(name, change, real_jobs[variant], run, base, sandbox, inline, ns.repeats,
+                                 ns.calibration_repeats, halves, console)
+                real_jobs = {variant: real_jobs[variant]}
+            reals: dict[str, list[dict]] = {v: ([recorded] if name == "none" and not duet else [])
+                                            for v in real_jobs}
             emus: list[dict] = []
-            for i in range(ns.repeats):  # alternated: the host's load drifts
+            if duet:
+                reals[variant], emus = duet.pop("reals"), duet.pop("emus")
+            for i in range(0 if duet else ns.repeats):  # alternated: the host's load drifts
                 for variant, real_job in real_jobs.items():
                     if len(reals[variant]) < ns.repeats:
                         reals[variant].append(real_run(real_job, base / f"real-{name}-{variant}-{i}", sandbox, inline))
@@ -187,12 +293,15 @@ def main() -> None:
                          "emulated_compute_ms": statistics.median(e["compute_ms"] for e in emus),
                          "diverged_ops": [e["diverged_ops"] for e in emus],
                          "load_average": load, "real": {}}
+            if duet:
+                res["duet"] = duet
             for variant, runs in reals.items():
                 real_ms = statistics.median(r["p50_ms"] for r in runs)
                 res["real"][variant] = {
                     "ms": [r["p50_ms"] for r in runs], "median_ms": real_ms, "error": (emu_ms - real_ms) / real_ms,
                     "compute_ms": statistics.median(r["compute_ms"] for r in runs),
-                    "time_met": abs(emu_ms - real_ms) <= TARGET * real_ms,
+                    # a duet compares each emulation with the real run beside it
+                    "time_met": (abs(duet["paired_error"]) if duet else abs(emu_ms - real_ms) / real_ms) <= TARGET,
                     "measured_peak": peak_verdict(runs, emus, "measured_peak_bytes"),
                     "whole_run_peak": peak_verdict(runs, emus, "peak_bytes")}
             results[name] = res
@@ -211,8 +320,9 @@ def main() -> None:
         rv = r["real"]
         out_table.add_row(name, " / ".join(f"{x['median_ms']:.1f}" for x in rv.values()),
                           f"{r['emulated_median_ms']:.1f}",
-                          " / ".join(f"{x['error'] * 100:+.1f} %" for x in rv.values()),
-                          f"{rv['all']['measured_peak']['emulated'][0][0]:,} ("
+                          " / ".join(f"{x['error'] * 100:+.1f} %" for x in rv.values())
+                          + (f" (paired {r['duet']['paired_error'] * 100:+.1f} %)" if "duet" in r else ""),
+                          f"{next(iter(rv.values()))['measured_peak']['emulated'][0][0]:,} ("
                           + ", ".join(verdict(x["measured_peak"]) for x in rv.values()) + ")",
                           ", ".join(verdict(x["whole_run_peak"]) for x in rv.values()),
                           f"{r['load_average'][0]:.1f}–{r['load_average'][1]:.1f}")
