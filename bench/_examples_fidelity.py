@@ -212,7 +212,7 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...], repe
 
 
 def run_all(names: list[str], sizes: list[str], base: Path, out: Path, *, budget_s: float, first_job_s: float,
-            parallel: int = 1, **kw) -> dict:
+            parallel: int = 1, keep: bool = False, **kw) -> dict:
     """Every (example, size), long sizes first, ``parallel`` jobs at a time, within ``budget_s``;
     progress on stdout."""
     start = time.time()
@@ -246,7 +246,8 @@ def run_all(names: list[str], sizes: list[str], base: Path, out: Path, *, budget
             except Exception as e:  # noqa: BLE001 - recorded, the next job still runs
                 log.exception("%s %s failed", name, size)
                 res = {"example": name, "size": size, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
-            shutil.rmtree(base / f"{name}-{size}", ignore_errors=True)
+            if not keep:  # a job's run directories take GBs; --keep leaves them for a diagnosis
+                shutil.rmtree(base / f"{name}-{size}", ignore_errors=True)
             res["job_wall_s"] = took = time.time() - t0
             with lock:
                 if "error" not in res:

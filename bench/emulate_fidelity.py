@@ -350,7 +350,7 @@ def _examples(ns, ranks) -> None:
     out = Path(ns.out or ROOT / "bench" / "results" / "emulate_fidelity_16core.json")
     with tempfile.TemporaryDirectory(prefix="prism-bench-") as tmp:
         summary = run_all(names, sizes, Path(ns.keep or tmp), out, budget_s=ns.budget_s, first_job_s=ns.first_job_s,
-                          parallel=ns.parallel,
+                          parallel=ns.parallel, keep=bool(ns.keep),
                           ranks=ranks or (2, 5), repeats=ns.repeats, real_repeats=ns.real_repeats,
                           slice_size=ns.slice_size, calibration_repeats=ns.calibration_repeats, timeout_s=ns.timeout,
                           order=ns.order)

@@ -3,7 +3,7 @@
 :func:`~.simulate.simulate` predicts every rank of a graph from calibrated durations alone.
 During an emulation the sandbox ranks run for real, possibly a *changed* program, so the ops a
 vrank shares with them complete when they really do. :class:`LiveSim` walks the vranks of a timed
-graph with the same rules (compute lane, per-group collective lanes, eager P2P, waits, step-end
+graph with the same rules (compute lane, per-group collective lanes, rendezvous P2P, waits, step-end
 settling) and treats every op with a sandbox member as **external**: it is issued at the vrank's
 simulated time and completes at the real time the replayer reports. A vrank blocked on an
 external op stays blocked until the report arrives; everything that depends on it through any

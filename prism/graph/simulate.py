@@ -8,11 +8,22 @@ Model (a pure function of the graph; all ranks start at t=0):
   the order it issued them. A collective instance ``(group, seq)`` starts when every member has
   issued it and it is at the head of every member's lane for that group (all their earlier
   collectives on the group finished), and lasts its transfer time.
-* Point to point is **eager**: a SEND starts when issued and its per-peer channel
-  ``(rank, group, peer)`` is free, and completes after its transfer time; a RECV completes at
-  ``max(its issue, its SEND's completion)``. P2P does not queue on the group's collective lane:
-  NCCL runs P2P on per-peer streams and gloo's send/recv are independent, so queueing them behind
-  collectives would report deadlocks (e.g. ``batch_isend_irecv`` rings) the real job does not have.
+* Point to point: a SEND's transfer starts when its per-peer channel ``(rank, group, peer)`` is
+  free and lasts its transfer time; a RECV completes when the transfer ends (or at its issue).
+  When does the transfer start? ``graph.meta["p2p"]`` says:
+
+  - ``rendezvous`` (what calibration sets for a CPU job, whose messages go over gloo): when both
+    halves are issued, the SEND and its RECV; both complete when it ends. gloo's send waits for
+    the receiver to post its buffer (its pairs keep a send pending until the peer's "ready to
+    receive"; an ``isend`` waited before the peer's ``recv`` deadlocks, however small): in a
+    recorded 1F1B pipeline an ``isend`` whose receiver posted 95 ms later completed then.
+  - otherwise **eager**: when the SEND is issued, whether or not the RECV is (the idealised
+    programs of :mod:`prism.analysis.inject` wait on a send before the peer receives; NCCL jobs
+    keep this model until it is measured there).
+
+  P2P does not queue on the group's collective lane: NCCL runs P2P on per-peer streams and gloo's
+  send/recv are independent, so queueing them behind collectives would report deadlocks (e.g.
+  ``batch_isend_irecv`` rings) the real job does not have.
 * A synchronous comm node (``is_async`` False) blocks the compute lane until it completes; an
   asynchronous one lets the rank continue until a WAIT targets it. An asynchronous comm that is
   never waited must complete before the rank's next ``step_end`` MARK (and before the rank ends).
@@ -187,6 +198,7 @@ class _Sim:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.transfers = estimate_transfers(graph)
+        self.rendezvous = graph.meta.get("p2p") == "rendezvous"
         self.ranks = sorted(graph.nodes)
         self.nodes = {r: graph.nodes[r] for r in self.ranks}
         self.issue = {r: [-1] * len(self.nodes[r]) for r in self.ranks}
@@ -205,6 +217,9 @@ class _Sim:
         self.lane_free: dict[tuple[int, str], int] = {}
         self.p2p_free: dict[tuple[int, str, int], int] = {}
         self.send_end: dict[tuple[int, int, str, int], int] = {}
+        """Eager: messages sent before their RECV was issued, and when they arrived."""
+        self.pending_send: dict[tuple[int, int, str, int], tuple[int, int, int]] = {}
+        """Rendezvous: a SEND issued before its RECV: (rank, index, issue)."""
         self.pending_recv: dict[tuple[int, int, str, int], tuple[int, int]] = {}
         self.heap: list[tuple[int, int]] = [(0, r) for r in self.ranks]
 
@@ -269,25 +284,39 @@ class _Sim:
 
     def _send(self, n: Node, t: int) -> None:
         key = _message_key(n)
-        chan = (n.rank, n.group_id, n.peer)
-        start = max(t, self.p2p_free.get(chan, 0))
-        end = start + self.transfers.message_ns.get(key, 0)
-        self.p2p_free[chan] = end
-        self.send_end[key] = end
-        self._complete(n.rank, n.index, start, end)
         recv = self.pending_recv.pop(key, None)
-        if recv is not None:
-            r, i = recv
-            issued = self.issue[r][i]
-            self._complete(r, i, issued, max(issued, end))
+        if recv is None and self.rendezvous:
+            self.pending_send[key] = (n.rank, n.index, t)
+            return
+        end = self._transfer(key, n, t, recv)
+        if recv is None:
+            self.send_end[key] = end
 
     def _recv(self, n: Node, t: int) -> None:
         key = _message_key(n)
-        send_end = self.send_end.get(key)
-        if send_end is None:
+        send_end = self.send_end.pop(key, None)
+        if send_end is not None:  # eager: the message left already
+            self._complete(n.rank, n.index, t, max(t, send_end))
+            return
+        send = self.pending_send.pop(key, None)
+        if send is None:
             self.pending_recv[key] = (n.rank, n.index)
         else:
-            self._complete(n.rank, n.index, t, max(t, send_end))
+            rank, index, issued = send
+            self._transfer(key, self.nodes[rank][index], issued, (n.rank, n.index))
+
+    def _transfer(self, key: tuple[int, int, str, int], send: Node, send_issue: int,
+                  recv: tuple[int, int] | None) -> int:
+        """Move a message (the receiver ``recv`` posted, or None: eager, not yet); its end."""
+        recv_issue = self.issue[recv[0]][recv[1]] if recv is not None else send_issue
+        chan = (send.rank, send.group_id, send.peer)
+        start = max(send_issue, self.p2p_free.get(chan, 0), recv_issue if self.rendezvous else send_issue)
+        end = start + self.transfers.message_ns.get(key, 0)
+        self.p2p_free[chan] = end
+        self._complete(send.rank, send.index, start, end)
+        if recv is not None:
+            self._complete(recv[0], recv[1], recv_issue, max(recv_issue, end))
+        return end
 
     def _settle(self, rank: int) -> bool:
         """Wait for every outstanding async comm of ``rank``; False if one is unfinished."""
@@ -434,6 +463,11 @@ class _Sim:
         if n.kind is _RECV:
             return (
                 f"waits for {label} <-{n.peer} g{n.group_id}:{n.seq}, never sent "
+                f"({self._state(n.peer)})"
+            )
+        if n.kind is _SEND:
+            return (
+                f"waits for {label} ->{n.peer} g{n.group_id}:{n.seq}, whose receive was never posted "
                 f"({self._state(n.peer)})"
             )
         return f"waits for {label}"

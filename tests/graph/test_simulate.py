@@ -87,6 +87,45 @@ def test_p2p_transfer_from_recv_timing_else_send_duration() -> None:
     assert sim.ranks[1].end_ns == (30, 45)
 
 
+LATE_RECEIVER = """
+group 0 ranks=0,1
+r0#0 SEND g0:0 ->1 8B d=10
+r0#1 COMP d=5
+r0#2 MARK step_end
+r1#0 COMP d=50
+r1#1 RECV g0:0 <-0 8B d=10
+r1#2 MARK step_end
+"""
+
+
+def test_a_send_to_a_late_receiver_completes_at_once_when_eager_and_with_the_receive_at_a_rendezvous() -> None:
+    g = parse_graph(LATE_RECEIVER)
+    eager = simulate(g)
+    assert eager.ranks[0].end_ns[0] == 10 and eager.ranks[0].step_times_ns == (15,)
+    assert eager.ranks[1].end_ns[1] == 50
+    # gloo: the transfer starts when the receiver posts (50) and takes its 10 ns on both sides
+    rdv = simulate(dataclasses.replace(g, meta={"p2p": "rendezvous"}))
+    assert (rdv.ranks[0].start_ns[0], rdv.ranks[0].end_ns[0]) == (50, 60)
+    assert rdv.ranks[0].step_times_ns == (65,)
+    assert (rdv.ranks[1].issue_ns[1], rdv.ranks[1].end_ns[1]) == (50, 60)
+
+
+def test_sends_waited_before_either_side_receives_deadlock_at_a_rendezvous_only() -> None:
+    # each rank isends and waits for it before it posts its receive: real gloo hangs here
+    g = parse_graph("""
+        group 0 ranks=0,1
+        r0#0 SEND g0:0 ->1 8B async d=10
+        r0#1 WAIT #0
+        r0#2 RECV g0:0 <-1 8B d=10
+        r1#0 SEND g0:0 ->0 8B async d=10
+        r1#1 WAIT #0
+        r1#2 RECV g0:0 <-0 8B d=10
+        """)
+    assert simulate(g).total_ns == 10  # eager: both messages left at 0 and arrived at 10
+    with pytest.raises(GraphError, match=r"send ->1 g0:0, whose receive was never posted"):
+        simulate(dataclasses.replace(g, meta={"p2p": "rendezvous"}))
+
+
 ASYNC = """
 group 0 ranks=0,1
 r0#0 COMP d=100
