@@ -3,12 +3,13 @@
 :func:`~.simulate.simulate` predicts every rank of a graph from calibrated durations alone.
 During an emulation the sandbox ranks run for real, possibly a *changed* program, so the ops a
 vrank shares with them complete when they really do. :class:`LiveSim` walks the vranks of a timed
-graph with the same rules (compute lane, per-group collective lanes, rendezvous P2P, waits, step-end
-settling) and treats every op with a sandbox member as **external**: it is issued at the vrank's
-simulated time and completes at the real time the replayer reports. A vrank blocked on an
-external op stays blocked until the report arrives; everything that depends on it through any
-chain of vrank-to-vrank ops then moves with it, and vranks that do not depend on it keep their
-calibrated pace. Compute durations and vrank-to-vrank transfer times are the timed graph's.
+graph with the same rules (compute lane, per-group collective lanes, P2P eager or a rendezvous as
+the graph's meta says, waits, step-end settling) and treats every op with a sandbox member as
+**external**: it is issued at the vrank's simulated time and completes at the real time the
+replayer reports. A vrank blocked on an external op stays blocked until the report arrives;
+everything that depends on it through any chain of vrank-to-vrank ops then moves with it, and
+vranks that do not depend on it keep their calibrated pace. Compute durations and vrank-to-vrank
+transfer times are the timed graph's.
 
 Times are on the real clock (``perf_counter_ns``). Each vrank starts at 0 — long ago — and its
 compute before its first comm op counts nothing: until its first external completion a vrank

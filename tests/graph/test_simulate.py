@@ -98,7 +98,7 @@ r1#2 MARK step_end
 """
 
 
-def test_a_send_to_a_late_receiver_completes_at_once_when_eager_and_with_the_receive_at_a_rendezvous() -> None:
+def test_a_send_to_a_late_receiver_completes_at_once_if_eager_with_the_receive_at_a_rendezvous() -> None:
     g = parse_graph(LATE_RECEIVER)
     eager = simulate(g)
     assert eager.ranks[0].end_ns[0] == 10 and eager.ranks[0].step_times_ns == (15,)
