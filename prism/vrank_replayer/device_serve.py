@@ -29,6 +29,7 @@ import torch.distributed as dist
 from prism.graph.records import CommOp, Node
 from prism.nccl_patches import neighbor_ranks, pruned_steps
 from prism.nccl_patches.compensation import RecordedCollective
+from prism.nccl_patches.ipc_lane import IpcLane, same_gpu
 from prism.nccl_patches.parties import NeighborParty, SandboxParty
 from prism.nccl_patches.pruned import run_in_process
 from prism.nccl_patches.schedule import Algo
@@ -68,7 +69,7 @@ class DeviceServer:
         self._timed = not isinstance(clock, AsapClock)
         self._records = records
         """(channel, node) -> the op's records (per part), on the host."""
-        self._pgs: dict[Lane, dist.ProcessGroup] = {}
+        self._pgs: dict[Lane, dist.ProcessGroup | IpcLane] = {}
         self._on_device: dict[tuple, list[RecordedCollective]] = {}
         self._lock = threading.Lock()
         self.diverged: dict[int, list[dict]] = {}
@@ -89,7 +90,9 @@ class DeviceServer:
             try:
                 self._set_device()
                 store = dist.PrefixStore(lane.prefix + "/", self._store_factory())
-                if self._cuda:
+                if self._cuda and same_gpu(store, 1, self.device):  # NCCL refuses two ranks on one GPU
+                    pg = IpcLane(store, 1, self.device)
+                elif self._cuda:
                     opts = dist.ProcessGroupNCCL.Options()
                     opts._timeout = self._timeout
                     pg = dist.ProcessGroupNCCL(store, 1, 2, opts)
@@ -133,7 +136,7 @@ class DeviceServer:
         recs = self._on_device.pop((ch.name, node.seq), None)
         return recs if recs is not None else [to_device(r, self.device) for r in self._records(ch, node)]
 
-    def _pg(self, ch: Channel, sandbox_rank: int) -> dist.ProcessGroup:
+    def _pg(self, ch: Channel, sandbox_rank: int) -> dist.ProcessGroup | IpcLane:
         lane = Lane(ch.group_id, sandbox_rank, ch.src, ch.dst)
         return self._pgs[lane]
 

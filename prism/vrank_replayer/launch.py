@@ -16,6 +16,7 @@ sandbox set without ``prism collect``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -38,6 +39,7 @@ from prism.core.hangwatch import HangWatcher, rank_timeout_s
 from prism.core.hosts import reachable_host
 from prism.core.isolation import Workspace, isolated_run
 from prism.core.layout import DeviceLayout, device_layout
+from prism.core.mps import private_mps
 from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
 from prism.core.atomic import atomic_write_bytes
@@ -100,6 +102,9 @@ class EmulateOptions:
     """GPUs for the sandbox ranks (round-robin); () = the layout's default."""
     assistant_gpus: tuple[int, ...] = ()
     """GPUs for the replayers; () = the layout's default."""
+    mps: bool = False
+    """GPU jobs: run the sandbox ranks and replayers under a private CUDA MPS server
+    (prism.core.mps), so processes sharing a GPU (the ``ipc`` path) are not time-sliced."""
     memory: str = "pass"
     """CPU jobs with tracked peaks and no memory cap. ``pass``: the peaks come from a second,
     untimed emulation (``<out>/memory-pass``) and the timed one runs without the per-op tracker
@@ -303,11 +308,12 @@ def _emulate_once(run: RunDir, job: JobConfig, options: EmulateOptions, out: Pat
             workspace.entrypoint = options.change.entrypoint
         launched = time.time()
         origin = time.perf_counter_ns()
-        _run_emulation(job, run, kind, ranks, options, layout, out, opts, store, addr, origin, recorded, workspace)
+        with private_mps() if options.mps else contextlib.nullcontext():
+            _run_emulation(job, run, kind, ranks, options, layout, out, opts, store, addr, origin, recorded, workspace)
     wall = time.time() - launched
     del store
     result = _collect_results(out, job.world_size, ranks, options.num_replayers, launched, wall, kind)
-    result.extra["layout"] = layout.describe()
+    result.extra["layout"] = layout.describe() + ("; private MPS server" if options.mps else "")
     result.extra["outside_writes"] = list(workspace.outside)
     return result
 
@@ -356,6 +362,8 @@ def _groups_used(graph_dir: Path, ranks: tuple[int, ...]) -> dict[int, list[str]
 
 def _layout(job: JobConfig, ranks: tuple[int, ...], options: EmulateOptions) -> DeviceLayout:
     num_gpus = 0
+    if options.mps and job.device != "cuda":
+        raise PrismError("--mps runs GPU processes under a private MPS server; this job's device is cpu")
     if job.device == "cuda":
         num_gpus = torch.cuda.device_count()
     return device_layout(job.device, num_gpus, ranks, options.num_replayers, path=options.device_path,

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from prism.core.atomic import atomic_write_text
 from prism.core.cprofile import profiled
 from prism.core.errors import PrismError, RunDirError
+from prism.core.layout import DEVICE_DATA_PATHS
 from prism.core.workerspec import error_path
 from prism.graph.io import read_graph
 from prism.graph.records import CommOp, Node
@@ -126,7 +127,7 @@ class Replayer:
         graph = read_graph(spec.graph_dir)
         self.channels = plan_channels(graph, self.sandbox, spec.index, spec.num_replayers, steps=spec.steps)
         lanes = (lanes_of_replayer(graph, self.sandbox, spec.index, spec.num_replayers)
-                 if spec.device_path in ("nccl", "lanes") else [])
+                 if spec.device_path in DEVICE_DATA_PATHS else [])
         del graph  # the channels keep the nodes they need
         if clock is None and spec.timed_graph_dir:
             vranks = {r for ch in self.channels for r in ch.members} - self.sandbox
@@ -138,7 +139,7 @@ class Replayer:
                 # it waits for earlier in its program, even while another channel has not reached them.
                 clock = TimedClock(timed, self.sandbox, vranks=vranks, served=served, timeout_s=spec.timeout_s,
                                    warmup_steps=spec.warmup_steps,
-                                   collectives_told=spec.device_path not in ("nccl", "lanes"))
+                                   collectives_told=spec.device_path not in DEVICE_DATA_PATHS)
             else:
                 clock = CoSimClock(timed, self.sandbox, served=served, timeout_s=spec.timeout_s)
         self.clock = clock or AsapClock()
@@ -155,7 +156,7 @@ class Replayer:
         self.traffic_bytes = 0
         self.first_op_done_unix_s: float | None = None
         self.device: DeviceServer | None = None
-        if spec.device_path in ("nccl", "lanes"):
+        if spec.device_path in DEVICE_DATA_PATHS:
             self.device = DeviceServer(index=spec.index, device_index=spec.device_index, lanes=lanes,
                                        sandbox=self.sandbox, timeout_s=spec.timeout_s, clock=self.clock,
                                        records=self._records,

@@ -39,14 +39,17 @@ def test_delegated_lanes_reproduce_the_collected_values_bitwise(tmp_path):
 
 
 def test_default_layouts_on_one_two_and_eight_gpus():
-    one = device_layout("cuda", 1, (0,), 1)
-    assert one.path == "host" and one.rank_gpu == {0: 0} and one.replayer_gpu == (0,)
+    one = device_layout("cuda", 1, (0,), 1)  # a sandbox rank and its replayer share the GPU
+    assert one.path == "ipc" and one.rank_gpu == {0: 0} and one.replayer_gpu == (0,)
+    assert device_layout("cuda", 1, (0, 1), 1).path == "host"  # NCCL refuses two sandbox ranks on one GPU
     two = device_layout("cuda", 2, (0,), 1)
     assert two.path == "nccl" and two.rank_gpu == {0: 0} and two.replayer_gpu == (1,)
     eight = device_layout("cuda", 8, (2, 5), 2)
     assert eight.path == "nccl" and eight.rank_gpu == {2: 0, 5: 1} and eight.replayer_gpu == (6, 7)
     shared = device_layout("cuda", 2, (0, 1), 1)  # two sandbox ranks and a replayer on two GPUs
-    assert shared.path == "host"
+    assert shared.path == "ipc" and shared.rank_gpu == {0: 0, 1: 1} and shared.replayer_gpu == (1,)
+    assert device_layout("cuda", 2, (0, 1), 1, path="host").path == "host"
+    assert device_layout("cuda", 2, (0, 1), 1, sandbox_gpus=(0,)).path == "host"
     assert device_layout("cpu", 0, (0,), 1).path == "host"
     assert device_layout("cpu", 0, (0,), 1, path="lanes").path == "lanes"
 
@@ -58,3 +61,5 @@ def test_layout_errors_name_the_gpus():
         device_layout("cuda", 1, (0,), 1, path="nccl")
     with pytest.raises(PrismError, match="device: cpu"):
         device_layout("cpu", 0, (0,), 1, path="nccl")
+    with pytest.raises(PrismError, match="device path ipc needs a GPU per sandbox rank"):
+        device_layout("cuda", 1, (0, 1), 1, path="ipc")

@@ -34,6 +34,7 @@ import torch.distributed as dist
 
 from prism.core.errors import PrismError
 from prism.graph.records import CommOp
+from prism.nccl_patches.ipc_lane import IpcLane, same_gpu
 from prism.nccl_patches.vplan import Lane, op_parts, receives_output, sends_input
 
 from ..memtrack import untracked
@@ -59,9 +60,10 @@ class _Shelf:
 
 
 class _OpenLane:
-    def __init__(self, lane: Lane, pg: dist.ProcessGroup, device: torch.device) -> None:
+    def __init__(self, lane: Lane, pg: dist.ProcessGroup | IpcLane, device: torch.device) -> None:
         self.lane = lane
         self.pg = pg
+        self.kind = "ipc" if isinstance(pg, IpcLane) else "nccl" if device.type == "cuda" else "gloo"
         self.side = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.lock = threading.Lock()
         self.stashed: list[_Shelf] = []
@@ -93,6 +95,13 @@ class DeviceLanes:
     def num_lanes(self) -> int:
         return len(self._planned)
 
+    def lane_kinds(self) -> dict[str, int]:
+        """How many open lanes of each transport (nccl, ipc, gloo)."""
+        kinds: dict[str, int] = {}
+        for lane in self._open.values():
+            kinds[lane.kind] = kinds.get(lane.kind, 0) + 1
+        return kinds
+
     def has_vranks(self, group_id: str) -> bool:
         return any(k[0] == group_id for k in self._planned)
 
@@ -114,16 +123,20 @@ class DeviceLanes:
                 pg.send([probe], _REPLAYER_END, 0).wait()
                 pg.recv([probe], _REPLAYER_END, 0).wait()
             return _OpenLane(lane, pg, self.device)
-        opts = dist.ProcessGroupNCCL.Options()
-        opts._timeout = self._timeout
         with torch.cuda.device(self.device):
-            pg = dist.ProcessGroupNCCL(store, 0, 2, opts)
+            if same_gpu(store, 0, self.device):  # the replayer shares this GPU: NCCL would refuse
+                pg = IpcLane(store, 0, self.device)
+            else:
+                opts = dist.ProcessGroupNCCL.Options()
+                opts._timeout = self._timeout
+                pg = dist.ProcessGroupNCCL(store, 0, 2, opts)
             probe = torch.zeros(1, device=self.device)
             pg.send([probe], _REPLAYER_END, 0).wait()
             pg.recv([probe], _REPLAYER_END, 0).wait()
             torch.cuda.synchronize(self.device)
-        log.debug("rank %d: lane %s up", self.rank, lane.prefix)
-        return _OpenLane(lane, pg, self.device)
+        opened = _OpenLane(lane, pg, self.device)
+        log.debug("rank %d: lane %s up (%s)", self.rank, lane.prefix, opened.kind)
+        return opened
 
     def lane_for(self, req: CommRequest) -> _OpenLane | None:
         if req.op in (CommOp.SEND, CommOp.RECV):

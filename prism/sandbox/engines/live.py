@@ -49,6 +49,7 @@ import torch.distributed as dist
 from prism.core.atomic import atomic_write_text
 from prism.core.cprofile import profiled
 from prism.core.errors import MismatchError, PrismError
+from prism.core.layout import DEVICE_DATA_PATHS
 from prism.graph.records import CommOp
 from prism.nccl_patches import run_sandbox_side
 from prism.nccl_patches.compensation import bits_equal, matches_record
@@ -151,6 +152,7 @@ class LiveEngine(CommEngine):
         if rank not in self.sandbox:
             raise PrismError(f"live engine: rank {rank} is not in the sandbox set {sorted(self.sandbox)}")
         self.num_replayers = num_replayers
+        self._device_path = device_path
         self.timeout_s = timeout_s
         self.out_dir = Path(out_dir)
         self.capture_dir = Path(capture_dir) if capture_dir else None
@@ -168,17 +170,17 @@ class LiveEngine(CommEngine):
         self._capture_tensors: dict[str, torch.Tensor] = {}
         self._lanes: DeviceLanes | None = None
         self._real: PassthroughEngine | None = None
-        if device_path in ("nccl", "lanes"):
+        if device_path in DEVICE_DATA_PATHS:
             if not graph_dir:
                 raise PrismError("live engine: the nccl device path needs the graph (graph_dir)")
             graph = read_graph(graph_dir)
             members = {gid: g.ranks for gid, g in graph.groups.items()}
             lanes = device_lanes(graph.nodes.get(rank, ()), rank, members, self.sandbox, num_replayers)
             del graph
-            device = torch.device("cuda", device_index) if device_path == "nccl" else torch.device("cpu")
+            device = torch.device("cuda", device_index) if device_path != "lanes" else torch.device("cpu")
             self._lanes = DeviceLanes(rank=rank, device=device, lanes=lanes,
                                       store_factory=self._transport_store, timeout_s=timeout_s)
-            if device_path == "nccl":
+            if device_path != "lanes":
                 # Groups of sandbox ranks only run the real backend among them (no vrank takes
                 # part): their ops are what the real job's are, on the real links.
                 self._real = PassthroughEngine(cuda_backend="nccl", timeout_s=timeout_s)
@@ -344,6 +346,17 @@ class LiveEngine(CommEngine):
                     posted: _Posted) -> Callable[[], None]:
         try:
             timeout = datetime.timedelta(seconds=self.timeout_s)
+            with torch.no_grad():
+                # The divergence flag of a send: while the message is in flight (the script may not
+                # touch the tensor before its work completes), so it neither delays the message
+                # nor, after the transfer, the script's wait.
+                diverged = False
+                if req.op is CommOp.SEND and self._recorded is not None:
+                    for i, buf in enumerate(posted.bufs):
+                        rec = self._recorded.get(self._key(req, i))
+                        mine = rec.inputs.get(posted.group_rank) if rec is not None else None
+                        diverged |= mine is not None and (not matches_record(buf.reshape(-1), mine)
+                                                          or not bool(bits_equal(buf.reshape(-1), mine).all()))
             for work in posted.works:
                 if not work.wait(timeout):
                     raise PrismError(f"rank {self.rank}: {req.op.value} on group {req.group.group_id} "
@@ -352,15 +365,6 @@ class LiveEngine(CommEngine):
                 for buf, target in zip(posted.bufs, posted.targets, strict=True):
                     if target is not None:
                         target.copy_(buf)
-                # The divergence flag of a send: after the transfer (the script may not touch the
-                # tensor before its work completes), so nothing delays the message.
-                diverged = False
-                if req.op is CommOp.SEND and self._recorded is not None:
-                    for i, buf in enumerate(posted.bufs):
-                        rec = self._recorded.get(self._key(req, i))
-                        mine = rec.inputs.get(posted.group_rank) if rec is not None else None
-                        diverged |= mine is not None and (not matches_record(buf.reshape(-1), mine)
-                                                          or not bool(bits_equal(buf.reshape(-1), mine).all()))
                 self._done(req, diverged, snapshot, posted.num_bytes)
         except BaseException as e:  # noqa: BLE001 - delivered to the waiter
             log.debug("rank %d: %s %s:%d failed", self.rank, req.op.value, req.group.group_id, req.seq, exc_info=True)
@@ -482,14 +486,16 @@ class LiveEngine(CommEngine):
 
         sandbox = current_sandbox()
         lanes = self._lanes
+        lane_kinds = lanes.lane_kinds() if lanes is not None else {}
         if lanes is not None:
             lanes.close()
         if self._real is not None:
             self._real.shutdown()
         result = {
             "rank": self.rank,
-            "device_path": ("nccl" if lanes.device.type == "cuda" else "lanes") if lanes is not None else "host",
+            "device_path": self._device_path,
             "num_lanes": lanes.num_lanes if lanes is not None else 0,
+            "lane_kinds": lane_kinds,
             "num_ops": self._num_ops + (lanes.num_ops if lanes is not None else 0),
             "diverged_ops": self._diverged,
             "num_transports": len(self._transports),
