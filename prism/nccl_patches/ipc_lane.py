@@ -23,7 +23,6 @@ from __future__ import annotations
 import ctypes
 import datetime
 import functools
-import logging
 import pickle
 import threading
 
@@ -33,8 +32,6 @@ import torch.distributed as dist
 from prism.core.errors import PrismError
 
 __all__ = ["IpcLane", "same_gpu", "DEFAULT_SLOT_BYTES", "DEFAULT_NUM_SLOTS"]
-
-log = logging.getLogger(__name__)
 
 DEFAULT_SLOT_BYTES = 16 << 20
 DEFAULT_NUM_SLOTS = 4
