@@ -70,6 +70,18 @@ def plain_run(example: str, args: list[str], out: Path, world: int = 2) -> dict:
     return {**by_rank[0], "plain_by_rank": by_rank}
 
 
+def write_job(case_dir: Path, name: str, example: str, args: list[str], *, world: int, slots: int,
+              device: str) -> dict:
+    """CASE_DIR/job.yaml for an example at the bench's steps and warmup; returns its contents."""
+    case_dir.mkdir(parents=True, exist_ok=True)
+    job = {"name": name, "entrypoint": str(ROOT / "examples" / example / "train.py"),
+           "args": ["--device", device, *args, "--steps", str(STEPS)], "world_size": world,
+           "ranks_per_node": min(world, 8), "device": device,
+           "iterations": {"warmup": WARMUP, "measured": STEPS - WARMUP}, "slots": slots}
+    (case_dir / "job.yaml").write_text(yaml.safe_dump(job))
+    return job
+
+
 def run_case(name: str, example: str, args: list[str], work: Path, *, world: int = 2, ranks: str = "0",
              slots: int = 2, slice_size: int = 1, device: str = "cuda", layout: dict | None = None,
              timeout_s: float = 500) -> dict:
@@ -79,13 +91,8 @@ def run_case(name: str, example: str, args: list[str], work: Path, *, world: int
     from prism.graph.io import read_graph
 
     case_dir = work / name
-    case_dir.mkdir(parents=True, exist_ok=True)
-    job = {"name": name, "entrypoint": str(ROOT / "examples" / example / "train.py"),
-           "args": ["--device", device, *args, "--steps", str(STEPS)], "world_size": world,
-           "ranks_per_node": min(world, 8), "device": device,
-           "iterations": {"warmup": WARMUP, "measured": STEPS - WARMUP}, "slots": slots}
+    job = write_job(case_dir, name, example, args, world=world, slots=slots, device=device)
     job_path = case_dir / "job.yaml"
-    job_path.write_text(yaml.safe_dump(job))
     row: dict = {"name": name, "example": example, "args": args, "world_size": world, "sandbox_ranks": ranks}
     t0 = time.time()
     plain = plain_run(example, job["args"], case_dir, world=world)

@@ -31,12 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.gpu_fidelity import CASES, QUICK, STEPS, WARMUP  # noqa: E402
+from bench.gpu_fidelity import CASES, QUICK, STEPS, WARMUP, write_job  # noqa: E402
 
 log = logging.getLogger("gpu_one")
 
@@ -48,14 +46,8 @@ def run_case(name: str, example: str, args: list[str], work: Path, *, paths: lis
     from prism.core.config import load_job
 
     case_dir = work / name
-    case_dir.mkdir(parents=True, exist_ok=True)
-    job_data = {"name": name, "entrypoint": str(ROOT / "examples" / example / "train.py"),
-                "args": ["--device", device, *args, "--steps", str(STEPS)], "world_size": 2,
-                "ranks_per_node": 2, "device": device,
-                "iterations": {"warmup": WARMUP, "measured": STEPS - WARMUP}, "slots": 2}
-    job_path = case_dir / "job.yaml"
-    job_path.write_text(yaml.safe_dump(job_data))
-    job = load_job(str(job_path))
+    write_job(case_dir, name, example, args, world=2, slots=2, device=device)
+    job = load_job(str(case_dir / "job.yaml"))
     run = case_dir / "run"
     row: dict = {"name": name, "example": example, "args": args, "world_size": 2, "sandbox_ranks": [0]}
     t0 = time.time()
@@ -152,11 +144,12 @@ def main() -> int:
 
     for name in ns.cases.split(","):
         example, args = table[name]
+        ref = {} if ns.quick else _reference(name)
         try:
             row = run_case(name, example, args, work, paths=ns.paths.split(","), device=ns.device, mps=ns.mps,
-                           on_update=lambda r: save({**r, **({} if ns.quick else _reference(r["name"]))}))
-            if not ns.quick:
-                row.update(_reference(name))
+                           on_update=lambda r, ref=ref: save({**r, **ref}))
+            row.update(ref)
+            if ref:
                 for path in ns.paths.split(","):
                     ref, got = row.get("reference_record_ms"), row.get(path, {}).get("emulated_ms")
                     if ref and got:
