@@ -340,9 +340,9 @@ def main() -> None:
 
 
 def _examples(ns, ranks) -> None:
-    from _examples_fidelity import EXAMPLES, SIZES, run_all
+    from _examples_fidelity import ALL, EXAMPLES, SIZES, run_all
 
-    names = list(EXAMPLES) if ns.examples == ["all"] else ns.examples
+    names = list(ALL) if ns.examples == ["all"] else ns.examples
     unknown = [n for n in names if n not in EXAMPLES]
     sizes = ns.sizes.split(",")
     if unknown or not set(sizes) <= set(SIZES):
