@@ -86,7 +86,8 @@ log = logging.getLogger("bench")
 
 
 def example_job(name: str, size: str):
-    """The example's job with its warm-up (1, or WARMUP_OF) + 5 measured + 1 cool-down steps, untracked memory, at ``size``."""
+    """The example's job with its warm-up (1, or WARMUP_OF) + 5 measured + 1 cool-down steps,
+    untracked memory, at ``size``."""
     path, long_args = EXAMPLES[name]
     job = load_job(ROOT / path)
     args = list(job.args)
@@ -292,7 +293,8 @@ def _print(res: dict, took: float) -> None:
         print(f"          {name} {size} r{r}: real {e['real_mean_ms']:.1f} ms, emulated {e['mean_ms']:.1f} ms "
               f"({e['mean_rel_error'] * 100:+.2f} %, max step {e['max_rel_error'] * 100:.2f} %), calibrated "
               f"{c['mean_ms']:.1f} ms ({c['mean_rel_error'] * 100:+.2f} %)"
-              + (f", emulated vs calibrated {ec['mean_rel_error'] * 100:+.2f} %" if (ec := v.get("emulated_vs_calibrated")) else "")
+              + (f", emulated vs calibrated {ec['mean_rel_error'] * 100:+.2f} %"
+                 if (ec := v.get("emulated_vs_calibrated")) else "")
               + (f", {per_op:+.0f} us per comm op" if per_op is not None else ""), flush=True)
         b = v.get("breakdown_ms") or {}
         if b:
