@@ -1,13 +1,14 @@
-"""``bench/emulate_fidelity.py --examples``: every example at W=8, real runs vs emulations.
+"""``bench/emulate_fidelity.py --examples``: every example, real runs vs emulations.
 
-Per example (ddp, fsdp2, tp, pp 1F1B and interleaved, moe, hybrid, synthetic) and size — ``long``
-(the examples' size arguments chosen so a step takes >= 50 ms of compute on one core: rank 0
-alone measured 80-120 ms of CPU per step on the 2-core host) and ``default`` (the job file's
-arguments: short steps) — the job runs with 1 warm-up, 5 measured and 1 cool-down step:
+Per example (at W=8: ddp, fsdp2, tp, pp 1F1B and interleaved, moe, hybrid, synthetic; at W=4:
+pp-noopt, a pipeline without an optimizer) and size — ``long`` (the examples' size arguments
+chosen so a step takes >= 50 ms of compute on one core: rank 0 alone measured 80-120 ms of CPU
+per step on the 2-core host) and ``default`` (the job file's arguments: short steps) — the job
+runs with its job file's warm-up steps (1; pp-noopt 2), 5 measured and 1 cool-down step:
 
 1. a real run (``record_job``): the structure the calibration uses;
 2. one capture run and ``calibrate_run`` (slices of ``--slice-size`` real ranks);
-3. ``--repeats`` emulations of two sandbox ranks (default 2 and 5) on the timed clock, each
+3. ``--repeats`` emulations of two sandbox ranks (``--ranks``, else 2 and 5; pp-noopt 1 and 2) on the timed clock, each
    followed by one of ``--real-repeats`` more real runs (``--order alternate``, the default), whose
    medians are the truth. ``--order phases`` (sessions 5-7) compares the emulations with the first
    ``--real-repeats`` real runs taken before the calibration instead.
@@ -58,13 +59,12 @@ from prism.vrank_replayer.fidelity import step_errors
 from prism.vrank_replayer.launch import capture_job
 
 ROOT = Path(__file__).resolve().parents[1]
-WARMUP, MEASURED, COOLDOWN = 1, 5, 1
-WARMUP_OF = {"pp-noopt": 2}
-"""Warm-up steps where one is not enough: pp-noopt's real run takes two steps to settle (its first
-measured step ran 185 ms against 92–94 ms after it, on the 2-core host)."""
+MEASURED, COOLDOWN = 5, 1
+DEFAULT_RANKS = (2, 5)
 
-# name -> (job file, long-step size arguments); the default size is the job file's own arguments.
-EXAMPLES: dict[str, tuple[str, tuple[str, ...]]] = {
+# name -> (job file, long-step size arguments[, sandbox ranks when --ranks is not given: DEFAULT_RANKS]);
+# the default size is the job file's own arguments.
+EXAMPLES: dict[str, tuple] = {
     "ddp": ("examples/ddp/job.yaml", ("--batch", "2048", "--dim", "128", "--hidden", "512", "--layers", "4")),
     "fsdp2": ("examples/fsdp2/job.yaml",
               ("--batch", "16", "--seq", "128", "--dim", "128", "--heads", "4", "--layers", "2", "--vocab", "256")),
@@ -74,25 +74,23 @@ EXAMPLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "moe": ("examples/moe/job.yaml", ("--tokens", "4096", "--dim", "128", "--hidden", "512")),
     "hybrid": ("examples/hybrid/job.yaml", ("--microbatch-size", "256", "--dim", "256")),
     "synthetic": ("examples/synthetic/job.yaml", ("--microbatches", "4", "--fwd-ms", "5", "--bwd-ms", "10")),
-    # W=4, no optimizer (steps found from the comm sequence's period); ~95 ms steps as it is: run it
-    # with --ranks 1,2 (issue 11's 1.5 % on the 2-core machine).
-    "pp-noopt": ("examples/pp_sleep_noopt/job.yaml", ()),
+    # W=4, no optimizer (steps found from the comm sequence's period), ~95 ms steps as it is
+    "pp-noopt": ("examples/pp_sleep_noopt/job.yaml", (), (1, 2)),
 }
-ALL = tuple(n for n in EXAMPLES if n != "pp-noopt")
-"""``--examples all``: the W=8 examples (sandbox {2,5} by default)."""
 SIZES = ("long", "default")
 
 log = logging.getLogger("bench")
 
 
 def example_job(name: str, size: str):
-    """The example's job with its warm-up (1, or WARMUP_OF) + 5 measured + 1 cool-down steps,
-    untracked memory, at ``size``."""
-    path, long_args = EXAMPLES[name]
+    """The example's job with its own warm-up steps (its job file's ``iterations.warmup``: 1, and 2
+    for pp-noopt, whose real run settles only then) + 5 measured + 1 cool-down, untracked memory,
+    at ``size``."""
+    path, long_args = EXAMPLES[name][:2]
     job = load_job(ROOT / path)
     args = list(job.args)
     i = args.index("--steps")
-    warmup = WARMUP_OF.get(name, WARMUP)
+    warmup = job.iterations.warmup
     args[i + 1] = str(warmup + MEASURED + COOLDOWN)
     if size == "long":
         args += long_args  # argparse: the last value of a repeated option wins
@@ -148,13 +146,20 @@ def host_probe_ms() -> float:
     return statistics.median(takes)
 
 
-def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...], repeats: int, real_repeats: int,
+def example_ranks(name: str) -> tuple[int, ...]:
+    """The example's sandbox ranks when ``--ranks`` names none."""
+    entry = EXAMPLES[name]
+    return tuple(entry[2]) if len(entry) > 2 else DEFAULT_RANKS
+
+
+def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | None, repeats: int, real_repeats: int,
                 slice_size: int, calibration_repeats: int, timeout_s: float, order: str = "alternate") -> dict:
     """``order``: ``phases`` runs every real run, then the calibration, then every emulation;
     ``alternate`` records the first real run (the structure the calibration uses), calibrates, then
     alternates emulation i with real run i + 1, so a drift of the host's speed meets both sides
     (the first real run is kept out of the medians then, unless there is no other)."""
     job = example_job(name, size)
+    ranks = ranks or example_ranks(name)
     if outside := [r for r in ranks if not 0 <= r < job.world_size]:
         raise ValueError(f"{name}: sandbox ranks {outside} are outside its world of {job.world_size} (--ranks)")
     warmup = job.iterations.warmup
@@ -238,7 +243,8 @@ def run_all(names: list[str], sizes: list[str], base: Path, out: Path, *, budget
     total = len(pending)
     summary = {"benchmark": "emulate_fidelity_examples", "budget_s": budget_s, "parallel": parallel,
                "target": {"mean_abs_rel_error": 0.02, "max_step_rel_error": 0.05, "calibrated_abs_rel_error": 0.02},
-               "settings": {k: v for k, v in kw.items() if k != "ranks"}, "sandbox_ranks": list(kw["ranks"]),
+               "settings": {k: v for k, v in kw.items() if k != "ranks"},
+               "sandbox_ranks": list(kw["ranks"]) if kw["ranks"] else "per example",
                "host_cpus": os.cpu_count(), "jobs": []}
     lock = threading.Lock()
     longest = [first_job_s]

@@ -26,7 +26,7 @@ where users look.
     python bench/emulate_fidelity.py --shapes 2x4 --repeats 1
     python bench/emulate_fidelity.py --keep /tmp/fid --reuse # reuse the real runs / timed graphs there
 
-``--examples``: instead of the synthetic shapes, every example at W=8 at long (>= 50 ms) and
+``--examples``: instead of the synthetic shapes, every example (W=8; pp-noopt W=4) at long (>= 50 ms) and
 default step sizes, within ``--budget-s`` (bench/_examples_fidelity.py), JSON to
 bench/results/emulate_fidelity_16core.json:
 
@@ -340,9 +340,9 @@ def main() -> None:
 
 
 def _examples(ns, ranks) -> None:
-    from _examples_fidelity import ALL, EXAMPLES, SIZES, run_all
+    from _examples_fidelity import EXAMPLES, SIZES, run_all
 
-    names = list(ALL) if ns.examples == ["all"] else ns.examples
+    names = list(EXAMPLES) if ns.examples == ["all"] else ns.examples
     unknown = [n for n in names if n not in EXAMPLES]
     sizes = ns.sizes.split(",")
     if unknown or not set(sizes) <= set(SIZES):
@@ -351,7 +351,7 @@ def _examples(ns, ranks) -> None:
     with tempfile.TemporaryDirectory(prefix="prism-bench-") as tmp:
         summary = run_all(names, sizes, Path(ns.keep or tmp), out, budget_s=ns.budget_s, first_job_s=ns.first_job_s,
                           parallel=ns.parallel, keep=bool(ns.keep),
-                          ranks=ranks or (2, 5), repeats=ns.repeats, real_repeats=ns.real_repeats,
+                          ranks=ranks, repeats=ns.repeats, real_repeats=ns.real_repeats,
                           slice_size=ns.slice_size, calibration_repeats=ns.calibration_repeats, timeout_s=ns.timeout,
                           order=ns.order)
     print(f"{out}: {sum('ranks' in j for j in summary['jobs'])} of {len(summary['jobs'])} jobs measured; "
