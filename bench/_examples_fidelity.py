@@ -14,7 +14,8 @@ runs with its job file's warm-up steps (1; pp-noopt 2), 5 measured and 1 cool-do
    ``--real-repeats`` real runs taken before the calibration instead.
 
 Before every run and after the calibration a short single-threaded matmul probe times the host
-(``host_probe_ms`` per phase): the 16-core GPU machine is a VM whose CPU speed drifted by up to
+(``host_probe_ms`` per phase, :func:`prism.core.host_speed.probe_ms`, the probe prism calibrate and
+emulate report too): the 16-core GPU machine is a VM whose CPU speed drifted by up to
 25 % between phases in session 7, which a phase-ordered bench turns into an emulation "error".
 
 Every run is timed without the CPU memory tracker (``PRISM_MEMORY=rss`` in the job's environment:
@@ -46,9 +47,8 @@ import threading
 import time
 from pathlib import Path
 
-import torch
-
 from prism.core.config import load_job
+from prism.core.host_speed import probe_ms as host_probe_ms
 from prism.graph.io import read_graph
 from prism.graph.records import NodeKind
 from prism.sandbox.recording import record_job
@@ -124,26 +124,6 @@ def _breakdown_ms(nodes, steps: range) -> dict[str, float]:
     c = statistics.median(compute.get(s, 0) / 1e6 for s in kept)
     total = statistics.median(step_ns[s] / 1e6 for s in kept)
     return {"compute_ms": round(c, 3), "rest_ms": round(total - c, 3)}
-
-
-def host_probe_ms() -> float:
-    """How fast this host runs a fixed single-threaded matmul now: the median of 5 takes of 20
-    256×256 float32 products (~5 ms each on an H200 host's core). On a VM whose CPU speed drifts
-    the real runs, the calibration and the emulations can meet different machines; the probes taken
-    between the phases say how different."""
-    a = torch.randn(256, 256)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        takes = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(20):
-                torch.mm(a, a)
-            takes.append((time.perf_counter() - t0) * 1e3)
-    finally:
-        torch.set_num_threads(threads)
-    return statistics.median(takes)
 
 
 def example_ranks(name: str) -> tuple[int, ...]:

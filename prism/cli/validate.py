@@ -21,6 +21,7 @@ from rich.table import Table
 
 from prism.core.config import load_job
 from prism.core.errors import PrismError, RankFailedError
+from prism.core.host_speed import DRIFT_WARN, probe_ms, spread
 from prism.core.isolation import outside_writes
 from prism.core.ranks import parse_rank_ranges
 from prism.graph.compare import match_ratio
@@ -81,6 +82,7 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
     ranks = parse_rank_ranges(ranks_text, job.world_size)
     run = Path(out or f"validate-{job.name}")
     skip = job.iterations.warmup
+    record_probe = probe_ms()
     real = record_job(job, run, timeout_s=timeout_s)
     repeats = [record_job(job, run / REPEATS_DIR / str(k), timeout_s=timeout_s) for k in range(1, real_repeats)]
     cal = calibrate_run(run, slice_size=slice_size, skip_steps=skip, timeout_s=timeout_s, device=device)
@@ -101,6 +103,8 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
                    "torch_fake": _torch_fake(job, r, real, skip, timeout_s, run) if torch_fake else None}
     return without_nan({"job": job.name, "world_size": job.world_size, "sandbox_ranks": list(ranks),
                         "run_dir": str(run), "skip_steps": skip, "real_repeats": real_repeats,
+                        "host_probe_ms": {"record": record_probe, "calibrate": list(cal.host_probe_ms),
+                                          "emulate": emu.data["host_probe_ms"]},
                         "emulation": str(emu.out_dir), "ranks": rows, "outside_writes": outside_writes(run),
                         "ranks_without_steps": [r for r in ranks_without_steps(real) if r in ranks]})
 
@@ -207,6 +211,24 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
     for write in result.get("outside_writes", []):
         console.print(f"warning: the script wrote outside its working directory: {write}", highlight=False)
     print_no_steps(result.get("ranks_without_steps", []), console)
+    _print_host_speed(result.get("host_probe_ms"), console)
+
+
+def _print_host_speed(probes: dict | None, console: Console) -> None:
+    """One line on the host's speed at the real run, the calibration and the emulation; a warning
+    when it moved: the comparison above then measures the host as much as prism."""
+    if not probes:
+        return
+    every = [probes["record"], *probes["calibrate"], probes["emulate"]]
+    calibrate = probes["calibrate"]
+    line = (f"host speed: probe {probes['record']:.2f} ms at the real run, "
+            + (f"{min(calibrate):.2f}–{max(calibrate):.2f} ms during the calibration, " if calibrate else "")
+            + f"{probes['emulate']:.2f} ms at the emulation ({spread(every) * 100:.0f} % apart)")
+    if spread(every) > DRIFT_WARN:
+        console.print(f"[bold yellow]warning:[/] {line}: the host's speed moved between the runs compared above, "
+                      f"and their times moved with it", highlight=False)
+    else:
+        console.print(line, highlight=False)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,6 +18,9 @@
    durations (a slice's first op on a group also connects its transport) and
    :func:`~prism.calibration.calibrate` runs the discrete-event pass; the timed graph goes to
    RUN/graph/timed.
+4. The host is timed before the first slice and after each (:func:`~prism.core.host_speed.probe_ms`,
+   the timed graph's ``meta["host_probe_ms"]``): a host whose speed moved across the slices gave
+   them different machines, and the report says by how much.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from prism.calibration import (
     typical_steps,
 )
 from prism.core.errors import RunDirError
+from prism.core.host_speed import DRIFT_WARN, format_probes, probe_ms, spread
 from prism.core.rundir import RunDir
 from prism.core.workerspec import record_path
 from prism.graph.io import read_graph, write_graph
@@ -73,6 +77,8 @@ class CalibrateResult:
     """Step times of the real run (RUN/graph/real), if recorded; else empty."""
     timed_dir: Path
     wall_s: float
+    host_probe_ms: tuple[float, ...] = ()
+    """The host's speed before the first slice and after each (prism.core.host_speed)."""
 
 
 def structure_kind(run: RunDir) -> str:
@@ -147,6 +153,7 @@ def calibrate_run(
     measured: dict[int, tuple[Node, ...]] = {}
     summaries: dict[int, RankSummary] = {}
     results = []
+    probes = [probe_ms()]
     for i, ranks in enumerate(slices):
         if on_slice:
             on_slice(i, len(slices), ranks)
@@ -168,6 +175,7 @@ def calibrate_run(
         for r in ranks:
             measured[r] = fastest_of(takes[r])
         results.append(SliceResult(ranks, time.time() - t0, steps))
+        probes.append(probe_ms())
         log.info("slice %d/%d ranks %s: %.1f s", i + 1, len(slices), list(ranks), time.time() - t0)
     if on_slice:
         on_slice(len(slices), len(slices), ())
@@ -182,12 +190,17 @@ def calibrate_run(
     if job.device == "cpu":  # gloo: a send completes when its receiver has posted (simulate's docstring)
         merged = dataclasses.replace(merged, meta={**merged.meta, "p2p": "rendezvous"})
     timed, report = calibrate(merged, skip_steps=skip_steps)
-    timed = dataclasses.replace(timed, meta={**timed.meta, "structure": kind, "slice_size": str(slice_size)})
+    timed = dataclasses.replace(timed, meta={**timed.meta, "structure": kind, "slice_size": str(slice_size),
+                                             "host_probe_ms": format_probes(probes)})
+    if spread(probes) > DRIFT_WARN:
+        log.warning("the host's speed moved by %.0f %% across the calibration's slices (probe %.2f–%.2f ms): "
+                    "the timed graph's durations move with it", spread(probes) * 100, min(probes), max(probes))
     write_graph(timed, run.graph_dir("timed"))
     real = read_graph(run.graph_dir("real")) if (run.graph_dir("real") / "manifest.pb").is_file() else None
     return CalibrateResult(report=report, slices=tuple(results), structure=kind,
                            real_steps_ns=measured_steps_ns(real) if real else {},
-                           timed_dir=run.graph_dir("timed"), wall_s=time.time() - started)
+                           timed_dir=run.graph_dir("timed"), wall_s=time.time() - started,
+                           host_probe_ms=tuple(probes))
 
 
 def mean_measured_ns(steps: tuple[int, ...], skip: int) -> float:

@@ -23,6 +23,7 @@ from prism.analysis.gantt import write_gantt
 from prism.core.atomic import atomic_write_text
 from prism.core.balance import router_summary
 from prism.core.errors import RankOOMError, RunDirError
+from prism.core.host_speed import parse_probes, probe_ms
 from prism.core.rundir import RunDir
 from prism.core.whatif import SandboxChange
 from prism.core.workerspec import record_path
@@ -220,6 +221,18 @@ def _write_gantt(graph: Graph, skip: int, out: Path) -> None:
         log.warning("no Gantt chart (%s): install matplotlib", e)
 
 
+def host_speed(timed: Graph | None) -> dict:
+    """The host's speed now (prism.core.host_speed) and, with a timed graph that has them, its
+    speed during the calibration and how far apart the two are (+: slower now)."""
+    now = probe_ms()
+    out: dict = {"host_probe_ms": now}
+    calibration = parse_probes(timed.meta.get("host_probe_ms", "")) if timed is not None else ()
+    if calibration:
+        out["calibration_host_probe_ms"] = list(calibration)
+        out["host_speed_vs_calibration"] = now / statistics.median(calibration) - 1
+    return out
+
+
 def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_timed: bool = True,
                        skip_steps: int | None = None, baseline: bool = False) -> EmulationReport:
     """Run :func:`~.launch.emulate` (with the timed graph when RUN/graph/timed exists and
@@ -263,6 +276,7 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
         data["profile_dir"] = str(out / PROFILE_DIR)
     if not options.recorded_dir:
         ensure_recorded(run.root, ranks, capture=False)  # derived from RUN/capture when there is one
+    data.update(host_speed(timed))
     result = None
     failure: RankOOMError | None = None
     try:

@@ -1,7 +1,8 @@
-"""The nccl data path on two GPUs (runs only where at least two CUDA devices are): the DDP example
+"""The device data paths: nccl on two GPUs (runs only where at least two CUDA devices are), the DDP example
 at W=2, rank 0 on the sandbox GPU and vrank 1 on the assistant GPU. The emulated rank's losses equal
 the collected (capture) run's bitwise, and its ``max_memory_allocated`` equals the real NCCL run's
-(prism record) in bytes. bench/gpu_fidelity.py has the timing figures."""
+(prism record) in bytes. bench/gpu_fidelity.py has the timing figures. On a host with one GPU, the ipc
+path instead (the second test)."""
 
 import pytest
 import torch
@@ -10,10 +11,10 @@ import yaml
 from prism.cli.validate import validate
 from tests.conftest import EXAMPLES
 
-pytestmark = [pytest.mark.timeout(900), pytest.mark.gpu,
-              pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")]
+pytestmark = [pytest.mark.timeout(900), pytest.mark.gpu]
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 def test_ddp_w2_emulated_on_a_sandbox_and_an_assistant_gpu(tmp_path):
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump({
