@@ -142,7 +142,15 @@ def _real_cell(c: dict) -> str:
     return f"{_b(c['real_min_bytes'])} – {_b(c['real_max_bytes'])} (timing-dependent)"
 
 
+def _unmeasured(c: dict) -> bool:
+    """Neither side has this peak (e.g. the measured steps' window of a job whose steps were found
+    only afterwards): nothing to compare, and no verdict."""
+    return c["emulated_bytes"] < 0 and (not c["real_bytes"] or max(c["real_bytes"]) < 0)
+
+
 def _emulated_cell(c: dict) -> str:
+    if _unmeasured(c):
+        return "— (not measured)"
     verdict = "equal" if c["equal"] else "in real spread" if c["in_real_spread"] else "OUT of real spread"
     return f"{_b(c['emulated_bytes'])} ({verdict})"
 
@@ -176,6 +184,10 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
             c = p["peaks"][k]
             cells[f"{_PEAK_ROWS[k]} (real)"].append(_real_cell(c))
             cells[f"{_PEAK_ROWS[k]} (emulated)"].append(_emulated_cell(c))
+            if _unmeasured(c) and k == "measured" and not any("no step ended" in n for n in notes):
+                notes.append("the measured steps' peak was measured on neither side: no step ended while the job "
+                             "ran (its steps were found afterwards, from its comm sequence); compare the whole-run "
+                             "peak, or set iterations.boundary in the job file (docs/emulate.md)")
             if c["timing_dependent"]:
                 notes.append(f"rank {r}: its {_PEAK_NOTES[k]} is timing-dependent: {len(c['real_bytes'])} real runs gave "
                              f"{', '.join(_b(b) for b in c['real_bytes'])} (which comm buffers are still in flight "

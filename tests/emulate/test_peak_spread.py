@@ -26,3 +26,30 @@ def test_an_unknown_value_is_never_in_the_spread():
     for emulated, real in [(-1, [100, 100]), (100, [100, -1]), (100, [])]:
         c = compare_peak(emulated, real)
         assert not (c.equal or c.in_real_spread or c.timing_dependent), (emulated, real)
+
+
+def test_validate_shows_no_verdict_for_a_peak_neither_side_measured():
+    """A job whose steps are found only afterwards has no measured steps' window while it runs: the
+    validate table says so instead of calling the emulated peak out of the real spread."""
+    import dataclasses
+
+    from rich.console import Console
+
+    from prism.cli.validate import print_validation
+
+    def peaks(measured_emulated, measured_real):
+        return {"measured": dataclasses.asdict(compare_peak(measured_emulated, measured_real)),
+                "run": dataclasses.asdict(compare_peak(65_544, [65_544]))}
+
+    time = {"mean_rel_error": 0.01, "max_rel_error": 0.02, "real_mean_ms": 94.3, "mean_ms": 95.2}
+    rows = {str(r): {"prism": {"signature_match": 1.0, "losses_bitwise_collected": True, "losses_equal": True,
+                               "max_loss_rel_diff": 0.0, "time": time, "peaks": peaks(e, real)},
+                     "torch_fake": None}
+            for r, (e, real) in {1: (-1, [-1]), 2: (70_000, [65_544])}.items()}
+    console = Console(record=True, width=250)
+    print_validation({"job": "pp-noopt", "world_size": 4, "sandbox_ranks": [1, 2], "skip_steps": 2,
+                      "ranks": rows, "run_dir": "RUN", "emulation": "EMU"}, console)
+    text = console.export_text()
+    assert "— (not measured)" in text and "70,000 B (OUT of real spread)" in text
+    assert text.count("OUT of real spread") == 1
+    assert "the measured steps' peak was measured on neither side: no step ended while the job ran" in text
