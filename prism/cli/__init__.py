@@ -1,5 +1,7 @@
 """cli."""
 
+import argparse
+
 EXIT_OOM = 3
 """Exit code when a rank ran out of memory (a device OOM or the job's memory cap); 1: another rank
 failure; 2: bad input."""
@@ -15,3 +17,14 @@ def add_timeout_argument(parser, *, default_s: float, what: str = "the run", sta
         help=f"{when} (default: %(default).0f), printing every rank's pending comm op. Ranks that disagree on "
              "an op (kind, group, seq, shapes, dtype), or a rank that finished while its peers wait for it, "
              "stop it at once")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value

@@ -14,7 +14,7 @@ from rich.table import Table
 from prism.core.host_speed import DRIFT_WARN, spread
 from prism.vrank_replayer.calibrate_run import CalibrateResult, calibrate_run, mean_measured_ns
 
-from . import add_timeout_argument
+from . import add_timeout_argument, positive_int
 from .devices import add_device_arguments, device_options
 from .report import print_no_steps
 
@@ -25,6 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN", help="run directory (graph/bare or graph/real)")
     p.add_argument("--slice-size", type=int, default=2, help="ranks that run for real in each slice (S)")
     p.add_argument("--skip", type=int, default=None, help="warmup steps left out (default: iterations.warmup)")
+    p.add_argument("--repeats", type=positive_int, default=1, metavar="N",
+                   help="run each slice N times and keep each node's shortest duration: on a shared host other load "
+                        "only lengthens a span (default 1)")
     add_timeout_argument(p, default_s=600.0, what="each slice (and the capture run)")
     p.add_argument("--json", dest="json_out", default=None, help="also write the per-rank rows as JSON here")
     add_device_arguments(p)
@@ -104,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             desc = f"slice ranks {','.join(map(str, ranks))}" if ranks else "calibrate"
             progress.update(task, completed=done, total=total, description=desc)
 
-        result = calibrate_run(args.run_dir, slice_size=args.slice_size, skip_steps=args.skip,
+        result = calibrate_run(args.run_dir, slice_size=args.slice_size, skip_steps=args.skip, repeats=args.repeats,
                                timeout_s=args.timeout, on_slice=on_slice, device=device_options(args))
     print_result(result, console)
     if args.json_out:

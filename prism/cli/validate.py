@@ -31,7 +31,7 @@ from prism.vrank_replayer.calibrate_run import calibrate_run, ensure_recorded
 from prism.vrank_replayer.emulate_report import emulate_and_report
 from prism.vrank_replayer.fidelity import PEAK_KINDS, losses_bitwise_equal, losses_equal, rank_fidelity, step_errors
 
-from . import add_timeout_argument
+from . import add_timeout_argument, positive_int
 from .devices import add_device_arguments, device_options
 from .report import print_no_steps, ranks_without_steps
 
@@ -46,6 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", required=True, help="sandbox ranks, e.g. 2,5")
     p.add_argument("--out", default=None, help="run directory (default: ./validate-<job name>)")
     p.add_argument("--slice-size", type=int, default=2, help="ranks per calibration slice")
+    p.add_argument("--calibration-repeats", type=positive_int, default=1, metavar="N",
+                   help="run each calibration slice N times, keeping each node's shortest duration (default 1)")
     add_timeout_argument(p, default_s=600.0, what="each run (record, capture, each calibration slice, emulate)")
     p.add_argument("--no-torch-fake", action="store_true", help="leave out the fake process group column")
     p.add_argument("--json", dest="json_out", default=None, help="write the comparison as JSON here")
@@ -75,7 +77,8 @@ def _torch_fake(job, rank: int, real, skip: int, timeout_s: float, run: Path) ->
 
 
 def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int, timeout_s: float,
-             torch_fake: bool, device: dict | None = None, real_repeats: int = 1) -> dict:
+             torch_fake: bool, device: dict | None = None, real_repeats: int = 1,
+             calibration_repeats: int = 1) -> dict:
     if real_repeats < 1:
         raise PrismError(f"--real-repeats must be at least 1, got {real_repeats}")
     job = load_job(job_path)
@@ -85,7 +88,8 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
     record_probe = probe_ms()
     real = record_job(job, run, timeout_s=timeout_s)
     repeats = [record_job(job, run / REPEATS_DIR / str(k), timeout_s=timeout_s) for k in range(1, real_repeats)]
-    cal = calibrate_run(run, slice_size=slice_size, skip_steps=skip, timeout_s=timeout_s, device=device)
+    cal = calibrate_run(run, slice_size=slice_size, skip_steps=skip, timeout_s=timeout_s, device=device,
+                        repeats=calibration_repeats)
     ensure_recorded(run, ranks, timeout_s=timeout_s)
     emu = emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s, **(device or {})), skip_steps=skip)
     rows = {}
@@ -103,6 +107,7 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
                    "torch_fake": _torch_fake(job, r, real, skip, timeout_s, run) if torch_fake else None}
     return without_nan({"job": job.name, "world_size": job.world_size, "sandbox_ranks": list(ranks),
                         "run_dir": str(run), "skip_steps": skip, "real_repeats": real_repeats,
+                        "calibration_repeats": calibration_repeats,
                         "host_probe_ms": {"record": record_probe, "calibrate": list(cal.host_probe_ms),
                                           "emulate": emu.data["host_probe_ms"]},
                         "emulation": str(emu.out_dir), "ranks": rows, "outside_writes": outside_writes(run),
@@ -245,7 +250,8 @@ def _print_host_speed(probes: dict | None, console: Console) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = validate(args.job, args.ranks, args.out, slice_size=args.slice_size, timeout_s=args.timeout,
-                      torch_fake=not args.no_torch_fake, device=device_options(args), real_repeats=args.real_repeats)
+                      torch_fake=not args.no_torch_fake, device=device_options(args), real_repeats=args.real_repeats,
+                      calibration_repeats=args.calibration_repeats)
     print_validation(result, Console())
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=2, default=str))
