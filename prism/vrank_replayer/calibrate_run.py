@@ -45,7 +45,7 @@ from prism.calibration import (
     typical_steps,
 )
 from prism.core.errors import RunDirError
-from prism.core.host_speed import DRIFT_WARN, format_probes, probe_ms, spread
+from prism.core.host_speed import format_probes, probe_ms
 from prism.core.rundir import RunDir
 from prism.core.workerspec import record_path
 from prism.graph.io import read_graph, write_graph
@@ -192,9 +192,6 @@ def calibrate_run(
     timed, report = calibrate(merged, skip_steps=skip_steps)
     timed = dataclasses.replace(timed, meta={**timed.meta, "structure": kind, "slice_size": str(slice_size),
                                              "host_probe_ms": format_probes(probes)})
-    if spread(probes) > DRIFT_WARN:
-        log.warning("the host's speed moved by %.0f %% across the calibration's slices (probe %.2f–%.2f ms): "
-                    "the timed graph's durations move with it", spread(probes) * 100, min(probes), max(probes))
     write_graph(timed, run.graph_dir("timed"))
     real = read_graph(run.graph_dir("real")) if (run.graph_dir("real") / "manifest.pb").is_file() else None
     return CalibrateResult(report=report, slices=tuple(results), structure=kind,
