@@ -13,9 +13,10 @@ runs with its job file's warm-up steps (1; pp-noopt 2), 5 measured and 1 cool-do
    medians are the truth. ``--order phases`` (sessions 5-7) compares the emulations with the first
    ``--real-repeats`` real runs taken before the calibration instead.
 
-Before every run and after the calibration a short single-threaded matmul probe times the host
-(``host_probe_ms`` per phase, :func:`prism.core.host_speed.probe_ms`, the probe prism calibrate and
-emulate report too): the 16-core GPU machine is a VM whose CPU speed drifted by up to
+Before every real run a short single-threaded matmul probe times the host
+(:func:`prism.core.host_speed.probe_ms`); the calibration's probes (before its first slice and after
+each) and each emulation's (before it starts) come from prism calibrate and emulate themselves
+(``host_probe_ms`` per phase): the 16-core GPU machine is a VM whose CPU speed drifted by up to
 25 % between phases in session 7, which a phase-ordered bench turns into an emulation "error".
 
 Every run is timed without the CPU memory tracker (``PRISM_MEMORY=rss`` in the job's environment:
@@ -156,17 +157,17 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
         reals.append(record_job(job, d, timeout_s=timeout_s))
     wall["record_all"] = time.time() - t0
     t0 = time.time()
-    probes["calibrate"].append(host_probe_ms())
     capture_job(job, run, timeout_s=timeout_s)
-    calibrate_run(run, slice_size=slice_size, skip_steps=warmup, repeats=calibration_repeats, timeout_s=timeout_s)
-    probes["calibrate"].append(host_probe_ms())
+    cal = calibrate_run(run, slice_size=slice_size, skip_steps=warmup, repeats=calibration_repeats,
+                        timeout_s=timeout_s)
+    probes["calibrate"] = list(cal.host_probe_ms)  # before the first slice and after each
     wall["capture_and_calibrate"] = time.time() - t0
     timed = read_graph(run / "graph" / "timed")
     t0 = time.time()
     emus = []
     for i in range(repeats):
-        probes["emulate"].append(host_probe_ms())
         emus.append(emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s), skip_steps=warmup))
+        probes["emulate"].append(emus[-1].data["host_probe_ms"])  # taken by the emulation before it starts
         if first + i < len(real_dirs):
             probes["record"].append(host_probe_ms())
             reals.append(record_job(job, real_dirs[first + i], timeout_s=timeout_s))

@@ -11,12 +11,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from prism.core.host_speed import DRIFT_WARN, spread
 from prism.vrank_replayer.calibrate_run import CalibrateResult, calibrate_run, mean_measured_ns
 
 from . import add_timeout_argument, positive_int
 from .devices import add_device_arguments, device_options
-from .report import print_no_steps
+from .report import print_host_speed, print_no_steps
 
 HELP = "time the ranks slice by slice and calibrate the graph (RUN/graph/timed)"
 
@@ -80,21 +79,7 @@ def print_result(result: CalibrateResult, console: Console) -> None:
     else:
         console.print(f"timed graph: {result.timed_dir}")
     print_no_steps(_no_steps(result), console)
-    print_host_speed(result.host_probe_ms, console)
-
-
-def print_host_speed(probes: tuple[float, ...], console: Console) -> None:
-    """One line on the host's speed across the slices; a warning when it moved."""
-    if not probes:
-        return
-    moved = spread(probes)
-    line = (f"host speed: probe {min(probes):.2f}–{max(probes):.2f} ms across the slices "
-            f"({moved * 100:.0f} % apart)")
-    if moved > DRIFT_WARN:
-        console.print(f"[bold yellow]warning:[/] {line}: the slices met hosts of different speeds, and the timed "
-                      f"graph's durations moved with them", highlight=False)
-    else:
-        console.print(line, highlight=False)
+    print_host_speed([("across the slices", result.host_probe_ms)], console)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,7 +12,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from prism.core.host_speed import DRIFT_WARN
 from prism.core.ranks import parse_rank_ranges
 from prism.core.rundir import RunDir
 from prism.core.units import parse_bytes
@@ -22,7 +21,7 @@ from prism.vrank_replayer.emulate_report import emulate_and_report
 
 from . import EXIT_OOM, add_timeout_argument
 from .devices import add_device_arguments, device_options
-from .report import print_no_steps
+from .report import print_host_speed, print_no_steps
 
 HELP = "run some ranks for real, the rest as virtual ranks"
 
@@ -134,13 +133,8 @@ def run(args: argparse.Namespace) -> int:
                           f"{escape(row['oom']['message'])}", highlight=False)
     extra = (", gantt.png" if (report.out_dir / "gantt.png").is_file() else "") + (
         ", profile/" if "profile_dir" in data else "")
-    moved = data.get("host_speed_vs_calibration")
-    if moved is not None and abs(moved) > DRIFT_WARN:
-        console.print(f"[bold yellow]warning:[/] this host runs {abs(moved) * 100:.0f} % "
-                      f"{'slower' if moved > 0 else 'faster'} than during the calibration (probe "
-                      f"{data['host_probe_ms']:.2f} ms against {min(data['calibration_host_probe_ms']):.2f}–"
-                      f"{max(data['calibration_host_probe_ms']):.2f} ms): the sandbox ranks' compute meets a "
-                      f"different machine than the vranks' calibrated durations", highlight=False)
+    print_host_speed([("during the calibration", data.get("calibration_host_probe_ms", [])),
+                      ("at this emulation", [data["host_probe_ms"]])], console)
     console.print(f"outputs: {report.out_dir} (report.json, timeline.json{extra})")
     print_no_steps([int(r) for r, row in sorted(data["ranks"].items(), key=lambda kv: int(kv[0]))
                     if not row.get("step_ms") and not row["oom"]], console)

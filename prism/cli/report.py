@@ -5,14 +5,16 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
 
+from prism.core.host_speed import DRIFT_WARN, spread
 from prism.graph.records import Graph, NodeKind
 from prism.graph.steps import no_steps_message
 
-__all__ = ["print_run_table", "human_bytes", "ranks_without_steps", "print_no_steps"]
+__all__ = ["print_run_table", "human_bytes", "ranks_without_steps", "print_no_steps", "print_host_speed"]
 
 
 def ranks_without_steps(graph: Graph) -> list[int]:
@@ -24,6 +26,23 @@ def print_no_steps(ranks, console: Console | None = None) -> None:
     """The one line that says which ranks have no steps and how to give them some."""
     if ranks:
         (console or Console()).print(f"[yellow]{no_steps_message(list(ranks))}[/]", soft_wrap=True)
+
+
+def print_host_speed(phases: Sequence[tuple[str, Sequence[float]]], console: Console) -> None:
+    """One line on the host's speed (prism.core.host_speed) in each phase of a timing command, e.g.
+    ``[("at the real run", [8.66]), ("during the calibration", [7.23, 8.70])]``, and how far apart all
+    the probes lie; a warning above ``DRIFT_WARN``: the times compared moved with the host."""
+    phases = [(name, list(p)) for name, p in phases if p]
+    if not phases:
+        return
+    every = [x for _, p in phases for x in p]
+    parts = [f"{p[0]:.2f} ms {name}" if len(p) == 1 else f"{min(p):.2f}–{max(p):.2f} ms {name}" for name, p in phases]
+    line = f"host speed: probe {', '.join(parts)} ({spread(every) * 100:.0f} % apart)"
+    if spread(every) > DRIFT_WARN:
+        console.print(f"[bold yellow]warning:[/] {line}: the host's speed moved, and the times measured in these "
+                      f"phases moved with it", highlight=False)
+    else:
+        console.print(line, highlight=False)
 
 
 def human_bytes(n: float) -> str:

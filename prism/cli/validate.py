@@ -21,7 +21,7 @@ from rich.table import Table
 
 from prism.core.config import load_job
 from prism.core.errors import PrismError, RankFailedError
-from prism.core.host_speed import DRIFT_WARN, probe_ms, spread
+from prism.core.host_speed import probe_ms
 from prism.core.isolation import outside_writes
 from prism.core.ranks import parse_rank_ranges
 from prism.graph.compare import match_ratio
@@ -33,7 +33,7 @@ from prism.vrank_replayer.fidelity import PEAK_KINDS, losses_bitwise_equal, loss
 
 from . import add_timeout_argument, positive_int
 from .devices import add_device_arguments, device_options
-from .report import print_no_steps, ranks_without_steps
+from .report import print_host_speed, print_no_steps, ranks_without_steps
 
 HELP = "record, calibrate and emulate a job, and compare with the real run and PyTorch's fake PG"
 REPEATS_DIR = "real-repeats"
@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-torch-fake", action="store_true", help="leave out the fake process group column")
     p.add_argument("--json", dest="json_out", default=None, help="write the comparison as JSON here")
     add_device_arguments(p)
-    p.add_argument("--real-repeats", type=int, default=1, metavar="N",
+    p.add_argument("--real-repeats", type=positive_int, default=1, metavar="N",
                    help="run the real job N times and compare the emulated peaks with the real spread "
                         "(a peak can depend on when peers arrive); default 1")
 
@@ -228,24 +228,9 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
     for write in result.get("outside_writes", []):
         console.print(f"warning: the script wrote outside its working directory: {write}", highlight=False)
     print_no_steps(result.get("ranks_without_steps", []), console)
-    _print_host_speed(result.get("host_probe_ms"), console)
-
-
-def _print_host_speed(probes: dict | None, console: Console) -> None:
-    """One line on the host's speed at the real run, the calibration and the emulation; a warning
-    when it moved: the comparison above then measures the host as much as prism."""
-    if not probes:
-        return
-    every = [probes["record"], *probes["calibrate"], probes["emulate"]]
-    calibrate = probes["calibrate"]
-    line = (f"host speed: probe {probes['record']:.2f} ms at the real run, "
-            + (f"{min(calibrate):.2f}–{max(calibrate):.2f} ms during the calibration, " if calibrate else "")
-            + f"{probes['emulate']:.2f} ms at the emulation ({spread(every) * 100:.0f} % apart)")
-    if spread(every) > DRIFT_WARN:
-        console.print(f"[bold yellow]warning:[/] {line}: the host's speed moved between the runs compared above, "
-                      f"and their times moved with it", highlight=False)
-    else:
-        console.print(line, highlight=False)
+    if probes := result.get("host_probe_ms"):
+        print_host_speed([("at the real run", [probes["record"]]), ("during the calibration", probes["calibrate"]),
+                          ("at the emulation", [probes["emulate"]])], console)
 
 
 def run(args: argparse.Namespace) -> int:

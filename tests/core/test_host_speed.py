@@ -1,10 +1,10 @@
-"""prism.core.host_speed: the probe that tells a report when its host's speed moved, and the lines
-the calibrate and emulate commands print from it."""
+"""prism.core.host_speed: the probe that tells a report when its host's speed moved, and the line
+the timing commands print from it."""
 
 import torch
 from rich.console import Console
 
-from prism.cli.calibrate import print_host_speed
+from prism.cli.report import print_host_speed
 from prism.core.host_speed import format_probes, parse_probes, probe_ms, spread
 
 
@@ -27,8 +27,8 @@ def test_probes_survive_the_graph_meta_and_an_older_graph_has_none():
 
 def test_calibrate_warns_only_when_the_host_moved():
     steady, moved = Console(record=True, width=200), Console(record=True, width=200)
-    print_host_speed((5.0, 5.2, 5.1), steady)
-    print_host_speed((5.0, 6.8, 5.1), moved)
+    print_host_speed([("across the slices", (5.0, 5.2, 5.1))], steady)
+    print_host_speed([("across the slices", (5.0, 6.8, 5.1))], moved)
     assert "host speed: probe 5.00–5.20 ms across the slices (4 % apart)" in steady.export_text()
     assert "warning" not in steady.export_text()
     assert "warning: host speed: probe 5.00–6.80 ms across the slices (36 % apart)" in moved.export_text()
