@@ -59,22 +59,39 @@ _PRISM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _C10D_FILE = "distributed_c10d.py"
 
 
+_C10D, _INSIDE, _OUTSIDE = 0, 1, 2
+_code_kind: dict[object, int] = {}
+"""Code object -> where its file lies (c10d, torch or prism, or the user's code): a pipeline
+schedule issues each message dozens of frames below the script, so the walk classifies each
+frame's code once, not its file name on every op."""
+
+
+def _kind_of(code) -> int:
+    kind = _code_kind.get(code)
+    if kind is None:
+        filename = code.co_filename
+        if not filename.startswith((_TORCH_DIR, _PRISM_DIR, "<")):
+            kind = _OUTSIDE
+        else:
+            kind = _C10D if filename.endswith(_C10D_FILE) else _INSIDE
+        _code_kind[code] = kind
+    return kind
+
+
 def _call_site_and_async(default_async: bool) -> tuple[str, bool]:
     """The first frame outside torch and prism, and c10d's ``async_op`` if a c10d frame is on the stack."""
     frame = sys._getframe(3)
-    site = ""
     is_async = default_async
     seen_c10d = False
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if not seen_c10d and filename.endswith(_C10D_FILE) and "async_op" in frame.f_locals:
+        kind = _kind_of(frame.f_code)
+        if kind == _OUTSIDE:
+            return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}", is_async
+        if kind == _C10D and not seen_c10d and "async_op" in frame.f_locals:
             is_async = bool(frame.f_locals["async_op"])
             seen_c10d = True
-        if not filename.startswith((_TORCH_DIR, _PRISM_DIR)) and not filename.startswith("<"):
-            site = f"{os.path.basename(filename)}:{frame.f_lineno}"
-            break
         frame = frame.f_back
-    return site, is_async
+    return "", is_async
 
 
 class Recorder:

@@ -18,10 +18,12 @@ from prism.sandbox.engines.passthrough import PassthroughEngine, _unowned
 pytestmark = pytest.mark.timeout(120)
 
 
-def _pair() -> list[tuple[PassthroughEngine, GroupHandle]]:
+def _pair(monkeypatch=None, memory: str = "tracked", timeout_s: float = 60) -> list[tuple[PassthroughEngine, GroupHandle]]:
     """Two ranks of one real gloo group in this process (gloo's rendezvous needs both at once)."""
+    if monkeypatch is not None:
+        monkeypatch.setenv("PRISM_MEMORY", memory)
     store = dist.HashStore()
-    pairs = [(PassthroughEngine(timeout_s=60), GroupHandle("0", (0, 1), r)) for r in range(2)]
+    pairs = [(PassthroughEngine(timeout_s=timeout_s), GroupHandle("0", (0, 1), r)) for r in range(2)]
     threads = [threading.Thread(target=e.create_group, args=(g, store)) for e, g in pairs]
     for t in threads:
         t.start()
@@ -30,22 +32,41 @@ def _pair() -> list[tuple[PassthroughEngine, GroupHandle]]:
     return pairs
 
 
-def test_passthrough_drops_a_sent_tensor_before_the_send_completes():
-    (sender, g0), (receiver, g1) = _pair()
+@pytest.mark.parametrize("memory", ["tracked", "rss"])
+def test_passthrough_drops_a_sent_tensor_before_the_send_completes(monkeypatch, memory):
+    """Both passes: the memory pass (tracked: gloo gets aliases) and the timed pass (rss: a send or
+    recv is completed by its stream's helper with no second future)."""
+    (sender, g0), (receiver, g1) = _pair(monkeypatch, memory)
     for seq in range(20):  # before the fix, most sends lost this race on an idle machine
         received = torch.zeros(64)
-        recv = receiver.submit(CommRequest(CommOp.RECV, g1, inputs=[], outputs=[received], peer=0, seq=seq))
+        recv_req = CommRequest(CommOp.RECV, g1, inputs=[], outputs=[received], peer=0, seq=seq)
+        recv = receiver.submit(recv_req)
         sent = torch.full((64,), float(seq))
         storage = weakref.ref(sent.untyped_storage())
-        send = sender.submit(CommRequest(CommOp.SEND, g0, inputs=[sent], outputs=[], peer=1, seq=seq))
-        del sent  # the script keeps only the work, as Schedule1F1B does with its last gradient send
-        send.wait()
+        send_req = CommRequest(CommOp.SEND, g0, inputs=[sent], outputs=[], peer=1, seq=seq)
+        send = sender.submit(send_req)
+        # What PrismWork.wait calls: the engine's own wait where it gave one, else the future's.
+        send_wait = send_req.extra.get("wait", send.wait)
+        recv_wait = recv_req.extra.get("wait", recv.wait)
+        del sent, send_req, recv_req  # the script keeps only the work, as Schedule1F1B does with its last gradient send
+        send_wait()
         assert storage() is None, f"send {seq}: the engine still held the sent tensor when the script woke"
-        recv.wait()
+        recv_wait()
+        assert recv.value()[0] is received, "a recv's future holds its output tensors, as finish returned them"
         assert received.eq(float(seq)).all()
     for engine in (sender, receiver):
         engine.shutdown()
 
+
+def test_passthrough_recv_error_reaches_the_script(monkeypatch):
+    """A backend error of a gloo recv (here: gloo's timeout, the peer never sends) fails the
+    script's future on the timed pass's path (no ``finish``), as it did through ``finish``."""
+    (sender, _), (receiver, g1) = _pair(monkeypatch, "rss", timeout_s=1)
+    recv = receiver.submit(CommRequest(CommOp.RECV, g1, inputs=[], outputs=[torch.zeros(64)], peer=0, seq=0))
+    with pytest.raises(RuntimeError, match="[Tt]imed out"):
+        recv.wait()
+    for engine in (sender, receiver):
+        engine.shutdown()
 
 
 def test_gloo_holds_no_collective_tensor_of_the_script_once_the_op_completed():

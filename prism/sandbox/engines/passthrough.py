@@ -123,6 +123,8 @@ class PassthroughEngine(CommEngine):
         self._nccl: dict[str, object] = {}
         self._stores: dict[str, object] = {}
         self._waiters: dict[tuple, queue.SimpleQueue] = {}
+        self._futureless: set[tuple] = set()
+        """Kinds of (work type, op, flat, coalesced) whose gloo work has no future."""
         self._lock = threading.Lock()
         # Only where the tracked CPU peak is measured (record's memory pass): elsewhere the aliases
         # would only cost time (prism.sandbox.memory reads the same variable).
@@ -148,11 +150,20 @@ class PassthroughEngine(CommEngine):
 
     def submit(self, req: CommRequest) -> torch.futures.Future:
         pg = self._backend_for(req)
-        staged = _host_copy(req) if isinstance(pg, dist.ProcessGroupGloo) else None
+        gloo = isinstance(pg, dist.ProcessGroupGloo)
+        staged = _host_copy(req) if gloo else None
         with untracked():
             # Host copies (staged) are the engine's own: only the script's CPU tensors are aliased.
-            unowned = self._unowned and staged is None and isinstance(pg, dist.ProcessGroupGloo)
+            unowned = self._unowned and staged is None and gloo
             works = self._start(pg, staged or (_unowned(req) if unowned else req))
+        if gloo and staged is None and not unowned and req.op in (CommOp.SEND, CommOp.RECV):
+            # A gloo send/recv has no future and nothing to finish: the stream's helper completes
+            # ours with the outputs (what ``finish`` would return), without a second future and
+            # callback per message (a pipeline makes dozens per step; issue 11 part 5).
+            (work,) = works
+            future: torch.futures.Future = torch.futures.Future()
+            self._waiter(req).put((work, future, req.outputs))
+            return future
         futures = [self._future_of(w, req) for w in works]
         done = torch.futures.collect_all(futures) if len(futures) != 1 else futures[0]
         if not isinstance(pg, dist.ProcessGroupGloo) and works:
@@ -202,15 +213,19 @@ class PassthroughEngine(CommEngine):
         req.extra["wait"] = wait
 
     def _future_of(self, work, req: CommRequest) -> torch.futures.Future:
-        try:
-            return work.get_future()
-        except RuntimeError:
-            # Gloo's send/recv (and e.g. _allgather_base) have no future: wait for them in order
-            # on the stream's helper thread, so completion is still driven by the backend and not
-            # by Work.wait().
-            future: torch.futures.Future = torch.futures.Future()
-            self._waiter(req).put((work, future))
-            return future
+        # Asking costs a C++ exception where there is none (~50 µs): asked once per kind of op.
+        kind = (type(work), req.op, req.flat, req.coalesced)
+        if kind not in self._futureless:
+            try:
+                return work.get_future()
+            except RuntimeError:
+                self._futureless.add(kind)
+        # Gloo's send/recv (and e.g. _allgather_base) have no future: wait for them in order on
+        # the stream's helper thread, so completion is still driven by the backend and not by
+        # Work.wait().
+        future: torch.futures.Future = torch.futures.Future()
+        self._waiter(req).put((work, future, None))
+        return future
 
     def _waiter(self, req: CommRequest) -> queue.SimpleQueue:
         stream = (req.group.group_id, req.op.value, req.peer) if req.op in (CommOp.SEND, CommOp.RECV) \
@@ -228,7 +243,7 @@ class PassthroughEngine(CommEngine):
     @staticmethod
     def _wait_loop(waits: queue.SimpleQueue) -> None:
         while (item := waits.get()) is not None:
-            work, future = item
+            work, future, value = item
             del item
             error: Exception | None = None
             try:
@@ -242,8 +257,8 @@ class PassthroughEngine(CommEngine):
             if error is not None:
                 future.set_exception(error)
             else:
-                future.set_result(None)
-            del future, error
+                future.set_result(value)
+            del future, error, value
 
     def _start(self, pg, req: CommRequest) -> list:
         op, g = req.op, req.group
