@@ -5,18 +5,17 @@ thread name, sampled from /proc every 0.2 s until the command exits (session 11'
     PYTHONPATH=$PWD:$PWD/bench python bench/_debug/thread_cpu.py prism record --job JOB --out RUN
 """
 import os, sys, time, subprocess, json, collections
+
+sys.path.insert(0, os.path.dirname(__file__))
+from rank_procs import rank_pids
+
 # sample per-thread CPU of the rank processes of a command until it exits
 cmd = sys.argv[1:]
 p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 last = {}
 tick = os.sysconf("SC_CLK_TCK")
 while p.poll() is None:
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit(): continue
-        try:
-            cl = open(f"/proc/{pid}/cmdline","rb").read().replace(b"\0",b" ").decode()
-        except Exception: continue
-        if ("prism.sandbox.worker" not in cl and "train.py" not in cl) or "sh -c" in cl or "launch_plain" in cl: continue
+    for pid in rank_pids():
         try:
             for tid in os.listdir(f"/proc/{pid}/task"):
                 comm = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
