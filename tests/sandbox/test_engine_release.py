@@ -39,20 +39,14 @@ def test_passthrough_drops_a_sent_tensor_before_the_send_completes(monkeypatch, 
     (sender, g0), (receiver, g1) = _pair(monkeypatch, memory)
     for seq in range(20):  # before the fix, most sends lost this race on an idle machine
         received = torch.zeros(64)
-        recv_req = CommRequest(CommOp.RECV, g1, inputs=[], outputs=[received], peer=0, seq=seq)
-        recv = receiver.submit(recv_req)
+        recv = receiver.submit(CommRequest(CommOp.RECV, g1, inputs=[], outputs=[received], peer=0, seq=seq))
         sent = torch.full((64,), float(seq))
         storage = weakref.ref(sent.untyped_storage())
-        send_req = CommRequest(CommOp.SEND, g0, inputs=[sent], outputs=[], peer=1, seq=seq)
-        send = sender.submit(send_req)
-        # What PrismWork.wait calls: the engine's own wait where it gave one, else the future's.
-        send_wait = send_req.extra.get("wait", send.wait)
-        recv_wait = recv_req.extra.get("wait", recv.wait)
-        del sent, send_req, recv_req  # the script keeps only the work, as Schedule1F1B does with its last gradient send
-        send_wait()
+        send = sender.submit(CommRequest(CommOp.SEND, g0, inputs=[sent], outputs=[], peer=1, seq=seq))
+        del sent  # the script keeps only the work, as Schedule1F1B does with its last gradient send
+        send.wait()
         assert storage() is None, f"send {seq}: the engine still held the sent tensor when the script woke"
-        recv_wait()
-        assert recv.value()[0] is received, "a recv's future holds its output tensors, as finish returned them"
+        assert recv.wait()[0] is received, "a recv's future holds its output tensors, as finish returned them"
         assert received.eq(float(seq)).all()
     for engine in (sender, receiver):
         engine.shutdown()
