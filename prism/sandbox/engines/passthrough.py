@@ -161,9 +161,7 @@ class PassthroughEngine(CommEngine):
             # ours with the outputs (what ``finish`` would return), without a second future and
             # callback per message (a pipeline makes dozens per step; issue 11 part 5).
             (work,) = works
-            future: torch.futures.Future = torch.futures.Future()
-            self._waiter(req).put((work, future, req.outputs))
-            return future
+            return self._helper_future(work, req, req.outputs)
         futures = [self._future_of(w, req) for w in works]
         done = torch.futures.collect_all(futures) if len(futures) != 1 else futures[0]
         if not isinstance(pg, dist.ProcessGroupGloo) and works:
@@ -220,11 +218,14 @@ class PassthroughEngine(CommEngine):
                 return work.get_future()
             except RuntimeError:
                 self._futureless.add(kind)
-        # Gloo's send/recv (and e.g. _allgather_base) have no future: wait for them in order on
-        # the stream's helper thread, so completion is still driven by the backend and not by
-        # Work.wait().
+        return self._helper_future(work, req, None)
+
+    def _helper_future(self, work, req: CommRequest, value) -> torch.futures.Future:
+        """A future for a gloo work that has none (send/recv, e.g. _allgather_base), completed with
+        ``value`` by the stream's helper thread when the work is done, in issue order: completion is
+        still driven by the backend and not by Work.wait()."""
         future: torch.futures.Future = torch.futures.Future()
-        self._waiter(req).put((work, future, None))
+        self._waiter(req).put((work, future, value))
         return future
 
     def _waiter(self, req: CommRequest) -> queue.SimpleQueue:
