@@ -42,4 +42,12 @@ def test_analyze_names_the_bubble_of_an_examples_pp_emulation(tmp_path, run_pris
     assert data["verdict"] in ("H1", "R1") and data["largest_hard"] == "H1"
     assert data["mean_classes_ms"]["H1"] > 0.05 * data["mean_observed_ms"]
     chains = [line for line in res.stdout.splitlines() if line.startswith("binding chain, step")]
-    assert len(chains) == 2 and all("r0 compute" in c and "r3 compute" in c for c in chains)
+    assert len(chains) == 2
+    # What the schedule fixes, whatever the host's load: a 1F1B step starts with stage 0's first
+    # forward and ends with its last backward, which waits on stage 1's work (stage 0's only peer).
+    # Which later stages the chain visits depends on which was slowest in that step: on a loaded
+    # host a sandbox stage's real compute can bind it without stage 3.
+    for chain in chains:
+        path = chain.split("): ", 1)[1]
+        assert path.startswith("r0 compute") and "ends on rank 0" in chain, chain
+        assert "r1 compute" in path, chain
