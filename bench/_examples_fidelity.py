@@ -83,10 +83,10 @@ SIZES = ("long", "default")
 log = logging.getLogger("bench")
 
 
-def example_job(name: str, size: str):
+def example_job(name: str, size: str, world: int | None = None):
     """The example's job with its own warm-up steps (its job file's ``iterations.warmup``: 1, and 2
     for pp-noopt, whose real run settles only then) + 5 measured + 1 cool-down, untracked memory,
-    at ``size``."""
+    at ``size``; ``world``: another world size than the job file's (one node)."""
     path, long_args = EXAMPLES[name][:2]
     job = load_job(ROOT / path)
     args = list(job.args)
@@ -95,6 +95,13 @@ def example_job(name: str, size: str):
     args[i + 1] = str(warmup + MEASURED + COOLDOWN)
     if size == "long":
         args += long_args  # argparse: the last value of a repeated option wins
+    if world is not None:  # the data-parallel degree absorbs the change
+        par = job.parallelism
+        rest = par.tp * par.pp * par.cp
+        if world % rest:
+            raise ValueError(f"{name}: --world {world} is not a multiple of tp*pp*cp = {rest}")
+        job = dataclasses.replace(job, world_size=world, ranks_per_node=world,
+                                  parallelism=dataclasses.replace(par, dp=world // rest))
     return dataclasses.replace(job, name=f"{name}-{size}", args=tuple(args),
                                iterations=dataclasses.replace(job.iterations, warmup=warmup, measured=MEASURED),
                                env={**job.env, "PRISM_MEMORY": "rss"})
@@ -134,12 +141,14 @@ def example_ranks(name: str) -> tuple[int, ...]:
 
 
 def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | None, repeats: int, real_repeats: int,
-                slice_size: int, calibration_repeats: int, timeout_s: float, order: str = "alternate") -> dict:
+                slice_size: int, calibration_repeats: int, timeout_s: float, order: str = "alternate",
+                device_path: str = "auto", world: int | None = None) -> dict:
     """``order``: ``phases`` runs every real run, then the calibration, then every emulation;
     ``alternate`` records the first real run (the structure the calibration uses), calibrates, then
     alternates emulation i with real run i + 1, so a drift of the host's speed meets both sides
-    (the first real run is kept out of the medians then, unless there is no other)."""
-    job = example_job(name, size)
+    (the first real run is kept out of the medians then, unless there is no other). ``device_path``:
+    the data path of the calibration's slices and the emulations (on CPU: host or lanes)."""
+    job = example_job(name, size, world)
     ranks = ranks or example_ranks(name)
     if outside := [r for r in ranks if not 0 <= r < job.world_size]:
         raise ValueError(f"{name}: sandbox ranks {outside} are outside its world of {job.world_size} (--ranks)")
@@ -159,14 +168,15 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
     t0 = time.time()
     capture_job(job, run, timeout_s=timeout_s)
     cal = calibrate_run(run, slice_size=slice_size, skip_steps=warmup, repeats=calibration_repeats,
-                        timeout_s=timeout_s)
+                        timeout_s=timeout_s, device={"device_path": device_path})
     probes["calibrate"] = list(cal.host_probe_ms)  # before the first slice and after each
     wall["capture_and_calibrate"] = time.time() - t0
     timed = read_graph(run / "graph" / "timed")
     t0 = time.time()
     emus = []
     for i in range(repeats):
-        emus.append(emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s), skip_steps=warmup))
+        emus.append(emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s, device_path=device_path),
+                                       skip_steps=warmup))
         probes["emulate"].append(emus[-1].data["host_probe_ms"])  # taken by the emulation before it starts
         if first + i < len(real_dirs):
             probes["record"].append(host_probe_ms())
@@ -207,7 +217,8 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
         }
     return {"example": name, "size": size, "args": list(job.args), "world_size": job.world_size,
             "sandbox_ranks": list(ranks), "repeats": repeats, "real_repeats": real_repeats,
-            "slice_size": slice_size, "calibration_repeats": calibration_repeats, "order": order, "wall_s": wall,
+            "slice_size": slice_size, "calibration_repeats": calibration_repeats, "order": order,
+            "device_path": device_path, "wall_s": wall,
             "host_probe_ms": probes,
             "mean_abs_rel_error": max(abs(v["emulated"]["mean_rel_error"]) for v in rows.values()),
             "max_step_rel_error": max(v["emulated"]["max_rel_error"] for v in rows.values()),

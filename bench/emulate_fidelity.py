@@ -305,6 +305,9 @@ def main() -> None:
                    help="with --examples: the time assumed for a job before one has finished")
     p.add_argument("--timeout", type=float, default=300.0, help="with --examples: stall limit of each run")
     p.add_argument("--parallel", type=int, default=1, help="with --examples: jobs at once")
+    p.add_argument("--device-path", default="auto", choices=("auto", "host", "lanes"),
+                   help="with --examples: the data path of slices and emulations (CPU jobs: host or lanes)")
+    p.add_argument("--world", type=int, default=None, help="with --examples: another world size than the job files'")
     p.add_argument("--order", choices=["alternate", "phases"], default="alternate",
                    help="with --examples: alternate emulation i with real run i+1 after the calibration "
                         "(default; a drifting host meets both sides), or every real run, the calibration, "
@@ -353,7 +356,7 @@ def _examples(ns, ranks) -> None:
                           parallel=ns.parallel, keep=bool(ns.keep),
                           ranks=ranks, repeats=ns.repeats, real_repeats=ns.real_repeats,
                           slice_size=ns.slice_size, calibration_repeats=ns.calibration_repeats, timeout_s=ns.timeout,
-                          order=ns.order)
+                          order=ns.order, device_path=ns.device_path, world=ns.world)
     print(f"{out}: {sum('ranks' in j for j in summary['jobs'])} of {len(summary['jobs'])} jobs measured; "
           f"long-step targets {'met' if summary.get('met_long') else 'NOT met'}", flush=True)
 

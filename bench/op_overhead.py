@@ -18,6 +18,11 @@ emulation the replayer's CPU time per op it served (barriers included) — its c
 
     python bench/op_overhead.py                              # W=4, sizes 4 KiB .. 16 MiB
     python bench/op_overhead.py --world 8 --sizes 4096,1048576
+    python bench/op_overhead.py --world 8 --sizes 16384 --sandboxes 2,5 --device-paths host,lanes
+
+``--device-paths``: each emulation on the CPU data paths given: ``host`` (the sandbox rank runs the
+pruned ring steps against its neighbor vranks) and ``lanes`` (each op delegated to the replayer:
+one send and one receive on the sandbox; columns suffixed ``_lanes``).
 
 JSON goes to ``--out`` (default bench/results/op_overhead.json).
 """
@@ -63,7 +68,7 @@ def _times(out: Path, ranks) -> dict[str, list[float]]:
 
 
 def measure_size(world: int, size: int, sandboxes: list[tuple[int, ...]], work: Path, timeout_s: float,
-                 ops: str = ",".join(OPS), iters_scale: float = 1.0) -> dict:
+                 ops: str = ",".join(OPS), iters_scale: float = 1.0, device_paths: tuple[str, ...] = ("host",)) -> dict:
     times_dir = work / "times"
     iters = max(1, round(ITERS.get(size, 5) * iters_scale))
     args = ["--ops", ops, "--sizes", str(size), "--iters", str(iters), "--out", str(times_dir)]
@@ -79,10 +84,12 @@ def measure_size(world: int, size: int, sandboxes: list[tuple[int, ...]], work: 
     shutil.rmtree(times_dir)  # the capture run's own times
     emulated = {}
     for sandbox in sandboxes:
-        res = emulate(run.root, EmulateOptions(ranks=sandbox, timeout_s=timeout_s,
-                                               out_dir=str(work / f"emu-{size}-{'_'.join(map(str, sandbox))}")))
-        rep = json.loads((res.out_dir / "replayer-000.json").read_text())
-        emulated[sandbox] = (_times(times_dir, sandbox), rep)
+        for path in device_paths:
+            name = "_".join(map(str, sandbox)) + ("" if path == "host" else f"_{path}")
+            res = emulate(run.root, EmulateOptions(ranks=sandbox, timeout_s=timeout_s, device_path=path,
+                                                   out_dir=str(work / f"emu-{size}-{name}")))
+            rep = json.loads((res.out_dir / "replayer-000.json").read_text())
+            emulated[(sandbox, name)] = (_times(times_dir, sandbox), rep)
     shutil.rmtree(run.root / "capture")
     rows = {}
     for key, ts in real.items():
@@ -91,8 +98,8 @@ def measure_size(world: int, size: int, sandboxes: list[tuple[int, ...]], work: 
         op = key.split("/")[0]
         row = {"op": op, "bytes": size, "real_ms": round(1e3 * statistics.median(ts), 4),
                "real_cpu_ms": round(1e3 * statistics.median(real[key + "/cpu"]), 4)}
-        for sandbox, (emu, rep) in emulated.items():
-            name = "sandbox_" + "_".join(map(str, sandbox))
+        for (_, suffix), (emu, rep) in emulated.items():
+            name = "sandbox_" + suffix
             e = 1e3 * statistics.median(emu[key])
             row[name] = {"emulated_ms": round(e, 4), "overhead_ms": round(e - row["real_ms"], 4),
                          "ratio": round(e / row["real_ms"], 3),
@@ -109,6 +116,8 @@ def main() -> int:
     parser.add_argument("--sizes", default="4096,65536,1048576,16777216")
     parser.add_argument("--sandboxes", default="1;1,2", help="sandbox sets, ';'-separated")
     parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument("--device-paths", default="host",
+                        help="CPU data paths, ','-separated: host (the sandbox runs the pruned steps), lanes (delegated)")
     parser.add_argument("--iters-scale", type=float, default=1.0, help="times the default iterations per size")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--label", default="")
@@ -120,7 +129,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="prism-op-overhead-") as tmp:
         for size in (int(s) for s in ns.sizes.split(",")):
             t0 = time.perf_counter()
-            rows.update(measure_size(ns.world, size, sandboxes, Path(tmp), ns.timeout, ns.ops, ns.iters_scale))
+            rows.update(measure_size(ns.world, size, sandboxes, Path(tmp), ns.timeout, ns.ops, ns.iters_scale,
+                                     tuple(ns.device_paths.split(","))))
             print(f"-- {size} bytes: {time.perf_counter() - t0:.0f} s", flush=True)
             for key, row in rows.items():
                 if row["bytes"] != size:
@@ -130,7 +140,8 @@ def main() -> int:
                                   for k, v in row.items() if k.startswith("sandbox_"))
                 print(f"{row['op']:15s} {size:>9d} B  real {row['real_ms']:8.3f} ms cpu {row['real_cpu_ms']:.3f}  {cells}",
                       flush=True)
-    out = {"world_size": ns.world, "sandboxes": [list(s) for s in sandboxes], "label": ns.label,
+    out = {"world_size": ns.world, "sandboxes": [list(s) for s in sandboxes], "device_paths": ns.device_paths.split(","),
+           "label": ns.label,
            "host_cpus": os.cpu_count(), "loadavg": Path("/proc/loadavg").read_text().split()[:3], "ops": rows}
     Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
     Path(ns.out).write_text(json.dumps(out, indent=1))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
+import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -68,6 +69,8 @@ class _OpenLane:
         self.lock = threading.Lock()
         self.stashed: list[_Shelf] = []
         self.to_release: list[_Shelf] = []
+        self.waits: queue.SimpleQueue | None = None
+        """gloo lanes: the thread that completes this lane's ops, in order (``DeviceLanes._waits``)."""
 
 
 class DeviceLanes:
@@ -208,24 +211,55 @@ class DeviceLanes:
 
     def _submit_host(self, req: CommRequest, lane: _OpenLane, sends, bufs, temps: bool, me: int,
                      root: int) -> torch.futures.Future:
-        """gloo lanes (CPU): the transfers complete on the caller's thread, as gloo's blocking
-        waits do; nothing is stashed (ProcessGroupGloo keeps no tensors past completion)."""
-        timeout = self._timeout
+        """gloo lanes (CPU): the transfers are posted on the caller's thread, in program order, and
+        the lane's waiter thread completes the future when they are done, as gloo's own thread
+        completes an async op's work: the script computes on meanwhile (DDP's bucket all-reduces
+        overlap the backward). Nothing is stashed (ProcessGroupGloo keeps no tensors past
+        completion)."""
         with untracked():
             works = [lane.pg.send([t], _REPLAYER_END, 0) for t in sends]
             works += [lane.pg.recv([b], _REPLAYER_END, 0) for b in bufs]
-            for w in works:
-                if not w.wait(timeout):
-                    raise PrismError(f"rank {self.rank}: {req.op.value} on group {req.group.group_id} "
-                                     f"seq {req.seq}: the replayer did not answer within {timeout}")
-        if temps:
-            with torch.no_grad():
-                _write_outputs(req, bufs, me, root)
         self.num_ops += 1
         self.traffic_bytes += sum(t.numel() * t.element_size() for t in (*sends, *bufs))
         future: torch.futures.Future = torch.futures.Future()
-        future.set_result(req.outputs)
+        what = f"rank {self.rank}: {req.op.value} on group {req.group.group_id} seq {req.seq}"
+        finish = (lambda: _write_outputs(req, bufs, me, root)) if temps else None
+        self._waits(lane).put((works, finish, req.outputs, future, what))
         return future
+
+    def _waits(self, lane: _OpenLane) -> queue.SimpleQueue:
+        if lane.waits is None:
+            with lane.lock:
+                if lane.waits is None:
+                    waits: queue.SimpleQueue = queue.SimpleQueue()
+                    threading.Thread(target=self._wait_loop, args=(waits,), daemon=True,
+                                     name=f"prism-lane-wait-{self.rank}-{lane.lane.prefix}").start()
+                    lane.waits = waits
+        return lane.waits
+
+    def _wait_loop(self, waits: queue.SimpleQueue) -> None:
+        timeout = self._timeout
+        while (item := waits.get()) is not None:
+            works, finish, outputs, future, what = item
+            del item  # nothing of the op outlives its completion here (a sent tensor's lifetime is the script's)
+            try:
+                for w in works:
+                    try:
+                        done = w.wait(timeout)
+                    except RuntimeError as e:  # gloo raises on its timeout
+                        raise PrismError(f"{what}: the replayer did not answer within {timeout} ({e})") from e
+                    if not done:
+                        raise PrismError(f"{what}: the replayer did not answer within {timeout}")
+                if finish is not None:
+                    with torch.no_grad():
+                        finish()
+            except BaseException as e:  # noqa: BLE001 - delivered to the script's wait
+                works = finish = None
+                future.set_exception(e)
+                continue
+            works = finish = None
+            future.set_result(outputs)
+            outputs = future = None
 
     def _inputs(self, req: CommRequest, me: int, n: int, root: int) -> list[torch.Tensor]:
         if req.op is CommOp.SEND:
@@ -281,6 +315,8 @@ class DeviceLanes:
         if self._watchdog is not None:
             self._watchdog.join(timeout=1.0)
         for lane in self._open.values():
+            if lane.waits is not None:
+                lane.waits.put(None)
             lane.stashed.clear()
             lane.to_release.clear()
             try:
