@@ -38,6 +38,25 @@ def test_delegated_lanes_reproduce_the_collected_values_bitwise(tmp_path):
     assert result.replayers[0].num_ops > 0
 
 
+@pytest.mark.timeout(900)
+@pytest.mark.slow
+def test_messages_between_two_sandbox_stages_of_a_group_with_vranks(tmp_path):
+    # examples/pp, 1F1B, pp 4 x dp 2 (rank = stage * 2 + replica): ranks 0 and 2 are stages 0 and
+    # 1 of replica 0, both real. Their activations and gradients go between them, not to the
+    # replayer (which serves lanes only), on a group that also has vranks.
+    sandbox = (0, 2)
+    job = load_job(EXAMPLE_JOBS["pp"])
+    job = dataclasses.replace(job, values=ValuesPolicy(ranks=",".join(map(str, sandbox))))
+    collected = collect_job(job, tmp_path / "run", CollectOptions(slots=2, timeout_s=600)).graph
+    result = emulate(tmp_path / "run", EmulateOptions(ranks=sandbox, timeout_s=150, device_path="lanes"))
+    for r in sandbox:
+        got = result.ranks[r]
+        assert got.num_ops == len(collected.comm_nodes(r))
+        assert got.diverged_ops == ()
+    peers = {n.peer for n in collected.comm_nodes(0) if n.peer >= 0}
+    assert 2 in peers, "the test needs a message between the two sandbox ranks"
+
+
 def test_default_layouts_on_one_two_and_eight_gpus():
     one = device_layout("cuda", 1, (0,), 1)  # a sandbox rank and its replayer share the GPU
     assert one.path == "ipc" and one.rank_gpu == {0: 0} and one.replayer_gpu == (0,)

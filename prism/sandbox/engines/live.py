@@ -204,11 +204,19 @@ class LiveEngine(CommEngine):
             lock = self._transport_locks.setdefault(gid, threading.Lock())
         with lock:
             if gid not in self._transports:
-                plan = endpoint_plan(gid, group.ranks, self.sandbox, self.num_replayers)
-                log.debug("rank %d: transport of group %s, %d endpoints", self.rank, gid, plan.num_endpoints)
+                if self._lanes is None:
+                    plan = endpoint_plan(gid, group.ranks, self.sandbox, self.num_replayers)
+                    endpoint_of, num_endpoints = plan.endpoint_of, plan.num_endpoints
+                else:
+                    # Delegated paths: the replayer serves lanes and joins no group transport; what
+                    # is left here is messages between two sandbox ranks of a group that has
+                    # vranks, over a transport of the group's sandbox members.
+                    present = [g for g, r in enumerate(group.ranks) if r in self.sandbox]
+                    endpoint_of, num_endpoints = {g: e for e, g in enumerate(present)}, len(present)
+                log.debug("rank %d: transport of group %s, %d endpoints", self.rank, gid, num_endpoints)
                 self._transports[gid] = WideTagTransport.connect(
-                    self._transport_store(), plan.endpoint_of[group.group_rank], plan.num_endpoints,
-                    plan.endpoint_of, timeout_s=self.timeout_s, prefix=transport_prefix(gid),
+                    self._transport_store(), endpoint_of[group.group_rank], num_endpoints,
+                    endpoint_of, timeout_s=self.timeout_s, prefix=transport_prefix(gid),
                 )
                 if not at_creation:
                     self._lazy.append(gid)
