@@ -17,23 +17,30 @@ from prism.vrank_replayer import EmulateOptions, emulate
 from tests.conftest import EXAMPLE_JOBS
 
 
+def _collect_then_emulate_on_lanes(example: str, sandbox: tuple[int, ...], tmp_path, timeout_s: float):
+    """Collect ``example`` with values for ``sandbox``, emulate those ranks on the lanes path; every
+    op of theirs ran, none diverged."""
+    job = load_job(EXAMPLE_JOBS[example])
+    job = dataclasses.replace(job, values=ValuesPolicy(ranks=",".join(map(str, sandbox))))
+    collected = collect_job(job, tmp_path / "run", CollectOptions(slots=2, timeout_s=600)).graph
+    result = emulate(tmp_path / "run", EmulateOptions(ranks=sandbox, timeout_s=timeout_s, device_path="lanes"))
+    for r in sandbox:
+        assert result.ranks[r].num_ops == len(collected.comm_nodes(r))
+        assert result.ranks[r].diverged_ops == ()
+    return collected, result
+
+
 @pytest.mark.timeout(900)
 @pytest.mark.slow
 def test_delegated_lanes_reproduce_the_collected_values_bitwise(tmp_path):
     # hybrid: FSDP2 all-gathers/reduce-scatters, TP all-reduces, pipeline sends/recvs with vrank
     # neighbours (rank 5 is on the last stage, the only one with a loss).
     sandbox = (2, 5)
-    job = load_job(EXAMPLE_JOBS["hybrid"])
-    job = dataclasses.replace(job, values=ValuesPolicy(ranks=",".join(map(str, sandbox))))
-    collected = collect_job(job, tmp_path / "run", CollectOptions(slots=2, timeout_s=600)).graph
-    result = emulate(tmp_path / "run", EmulateOptions(ranks=sandbox, timeout_s=300, device_path="lanes"))
+    collected, result = _collect_then_emulate_on_lanes("hybrid", sandbox, tmp_path, timeout_s=300)
     assert result.extra["layout"] == "cpu"
     for r in sandbox:
-        got, want = result.ranks[r], collected.summaries[r].losses
-        assert got.num_ops == len(collected.comm_nodes(r))
-        assert got.diverged_ops == ()
-        assert all((math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(got.losses, want, strict=True)), \
-            (r, got.losses, want)
+        got, want = result.ranks[r].losses, collected.summaries[r].losses
+        assert all((math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(got, want, strict=True)), (r, got, want)
     assert not math.isnan(result.ranks[5].losses[0]), "the last stage has a loss"
     assert result.replayers[0].num_ops > 0
 
@@ -43,16 +50,9 @@ def test_delegated_lanes_reproduce_the_collected_values_bitwise(tmp_path):
 def test_messages_between_two_sandbox_stages_of_a_group_with_vranks(tmp_path):
     # examples/pp, 1F1B, pp 4 x dp 2 (rank = stage * 2 + replica): ranks 0 and 2 are stages 0 and
     # 1 of replica 0, both real. Their activations and gradients go between them, not to the
-    # replayer (which serves lanes only), on a group that also has vranks.
-    sandbox = (0, 2)
-    job = load_job(EXAMPLE_JOBS["pp"])
-    job = dataclasses.replace(job, values=ValuesPolicy(ranks=",".join(map(str, sandbox))))
-    collected = collect_job(job, tmp_path / "run", CollectOptions(slots=2, timeout_s=600)).graph
-    result = emulate(tmp_path / "run", EmulateOptions(ranks=sandbox, timeout_s=150, device_path="lanes"))
-    for r in sandbox:
-        got = result.ranks[r]
-        assert got.num_ops == len(collected.comm_nodes(r))
-        assert got.diverged_ops == ()
+    # replayer (which serves lanes only), on a group that also has vranks; before the fix the
+    # emulation hung until its timeout.
+    collected, _ = _collect_then_emulate_on_lanes("pp", (0, 2), tmp_path, timeout_s=150)
     peers = {n.peer for n in collected.comm_nodes(0) if n.peer >= 0}
     assert 2 in peers, "the test needs a message between the two sandbox ranks"
 

@@ -224,7 +224,7 @@ class DeviceLanes:
         future: torch.futures.Future = torch.futures.Future()
         what = f"rank {self.rank}: {req.op.value} on group {req.group.group_id} seq {req.seq}"
         finish = (lambda: _write_outputs(req, bufs, me, root)) if temps else None
-        self._waits(lane).put((works, finish, req.outputs, future, what))
+        self._waits(lane).put([works, finish, what, req.outputs, future])
         return future
 
     def _waits(self, lane: _OpenLane) -> queue.SimpleQueue:
@@ -238,28 +238,35 @@ class DeviceLanes:
         return lane.waits
 
     def _wait_loop(self, waits: queue.SimpleQueue) -> None:
-        timeout = self._timeout
-        while (item := waits.get()) is not None:
-            works, finish, outputs, future, what = item
-            del item  # nothing of the op outlives its completion here (a sent tensor's lifetime is the script's)
+        # Every reference to the op's tensors (works, the output writer) is dropped before its
+        # future completes: a sent tensor the script has let go must not outlive the script's
+        # wake-up here (docs/emulate.md, "What a rank's peak counts").
+        while (op := waits.get()) is not None:
+            future, outputs = op.pop(), op.pop()
             try:
-                for w in works:
-                    try:
-                        done = w.wait(timeout)
-                    except RuntimeError as e:  # gloo raises on its timeout
-                        raise PrismError(f"{what}: the replayer did not answer within {timeout} ({e})") from e
-                    if not done:
-                        raise PrismError(f"{what}: the replayer did not answer within {timeout}")
-                if finish is not None:
-                    with torch.no_grad():
-                        finish()
+                self._end_op(op)
             except BaseException as e:  # noqa: BLE001 - delivered to the script's wait
-                works = finish = None
                 future.set_exception(e)
-                continue
-            works = finish = None
-            future.set_result(outputs)
-            outputs = future = None
+            else:
+                future.set_result(outputs)
+            op = future = outputs = None
+
+    def _end_op(self, op: list) -> None:
+        """Wait for the op's transfers and write its temporaries into the script's outputs; empties
+        ``op`` (works, writer, name), so only this frame holds them."""
+        works, finish, what = op
+        op.clear()
+        timeout = self._timeout
+        for w in works:
+            try:
+                done = w.wait(timeout)
+            except RuntimeError as e:  # gloo raises on its timeout
+                raise PrismError(f"{what}: the replayer did not answer within {timeout} ({e})") from e
+            if not done:
+                raise PrismError(f"{what}: the replayer did not answer within {timeout}")
+        if finish is not None:
+            with torch.no_grad():
+                finish()
 
     def _inputs(self, req: CommRequest, me: int, n: int, root: int) -> list[torch.Tensor]:
         if req.op is CommOp.SEND:
