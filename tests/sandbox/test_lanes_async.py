@@ -75,7 +75,7 @@ def test_a_replayer_that_never_answers_fails_the_wait_with_the_op_named():
         req = CommRequest(CommOp.ALL_REDUCE, GROUP, inputs=[data], outputs=[data], reduce_op="sum", seq=7)
         future = lanes.submit(req, lanes.lane_for(req))  # posting does not block on the answer
         pg.recv([torch.empty(4)], 0, 0).wait()
-        with pytest.raises(PrismError, match="rank 0: all_reduce on group g seq 7"):
+        with pytest.raises(PrismError, match="rank 0: all_reduce on group g seq 7: the replayer did not answer"):
             future.wait()
     finally:
         lanes.close()

@@ -260,8 +260,10 @@ class DeviceLanes:
         for w in works:
             try:
                 done = w.wait(timeout)
-            except RuntimeError as e:  # gloo raises on its timeout
-                raise PrismError(f"{what}: the replayer did not answer within {timeout} ({e})") from e
+            except RuntimeError as e:  # gloo raises on a timeout and on a message of another size
+                late = "Timed out" in str(e)
+                raise PrismError(f"{what}: " + (f"the replayer did not answer within {timeout}" if late else
+                                                f"the lane to the replayer failed: {e}")) from e
             if not done:
                 raise PrismError(f"{what}: the replayer did not answer within {timeout}")
         if finish is not None:
