@@ -36,6 +36,7 @@ __all__ = [
     "op_parts",
     "EndpointPlan",
     "endpoint_plan",
+    "sandbox_endpoints",
     "replayer_of",
     "transport_prefix",
     "collective_tag_base",
@@ -174,14 +175,18 @@ class EndpointPlan:
         return self.num_endpoints - 1
 
 
+def sandbox_endpoints(members: Sequence[int], sandbox: Iterable[int]) -> dict[int, int]:
+    """Group rank -> endpoint of each sandbox member of a group, in group-rank order."""
+    sandbox = set(sandbox)
+    return {g: e for e, g in enumerate(g for g, r in enumerate(members) if r in sandbox)}
+
+
 def endpoint_plan(group_id: str, members: Sequence[int], sandbox: Iterable[int], num_replayers: int) -> EndpointPlan:
     """Endpoints of a group's transport: its sandbox members, then the replayer of its vranks."""
-    sandbox = set(sandbox)
-    present = [g for g, r in enumerate(members) if r in sandbox]
-    endpoint_of = {g: e for e, g in enumerate(present)}
-    if len(present) == len(members):
-        return EndpointPlan(group_id, len(present), endpoint_of, -1)
-    k = len(present)
+    endpoint_of = sandbox_endpoints(members, sandbox)
+    k = len(endpoint_of)
+    if k == len(members):
+        return EndpointPlan(group_id, k, endpoint_of, -1)
     endpoint_of.update({g: k for g in range(len(members)) if g not in endpoint_of})
     return EndpointPlan(group_id, k + 1, endpoint_of, replayer_of(group_id, num_replayers))
 

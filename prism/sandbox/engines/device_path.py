@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
-import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from prism.nccl_patches.vplan import Lane, op_parts, receives_output, sends_inpu
 
 from ..memtrack import untracked
 from .base import CommRequest
+from .completion import CompletionThreads
 
 __all__ = ["DeviceLanes", "WATCHDOG_PERIOD_S"]
 
@@ -69,8 +69,6 @@ class _OpenLane:
         self.lock = threading.Lock()
         self.stashed: list[_Shelf] = []
         self.to_release: list[_Shelf] = []
-        self.waits: queue.SimpleQueue | None = None
-        """gloo lanes: the thread that completes this lane's ops, in order (``DeviceLanes._waits``)."""
 
 
 class DeviceLanes:
@@ -89,6 +87,8 @@ class DeviceLanes:
         self._open: dict[tuple[str, int, int], _OpenLane] = {}
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self._completion = CompletionThreads(f"prism-lane-wait-{rank}")
+        """gloo lanes: one thread per lane completes its ops, in order."""
         self.num_ops = 0
         self.traffic_bytes = 0
 
@@ -212,7 +212,7 @@ class DeviceLanes:
     def _submit_host(self, req: CommRequest, lane: _OpenLane, sends, bufs, temps: bool, me: int,
                      root: int) -> torch.futures.Future:
         """gloo lanes (CPU): the transfers are posted on the caller's thread, in program order, and
-        the lane's waiter thread completes the future when they are done, as gloo's own thread
+        the lane's completion thread completes the future when they are done, as gloo's own thread
         completes an async op's work: the script computes on meanwhile (DDP's bucket all-reduces
         overlap the backward). Nothing is stashed (ProcessGroupGloo keeps no tensors past
         completion)."""
@@ -223,39 +223,13 @@ class DeviceLanes:
         self.traffic_bytes += sum(t.numel() * t.element_size() for t in (*sends, *bufs))
         future: torch.futures.Future = torch.futures.Future()
         what = f"rank {self.rank}: {req.op.value} on group {req.group.group_id} seq {req.seq}"
-        finish = (lambda: _write_outputs(req, bufs, me, root)) if temps else None
-        self._waits(lane).put([works, finish, what, req.outputs, future])
+        self._completion.complete(lane.lane.prefix, lambda: self._end_op(works, bufs if temps else None, req, me, root, what),
+                                  future, req.outputs)
         return future
 
-    def _waits(self, lane: _OpenLane) -> queue.SimpleQueue:
-        if lane.waits is None:
-            with lane.lock:
-                if lane.waits is None:
-                    waits: queue.SimpleQueue = queue.SimpleQueue()
-                    threading.Thread(target=self._wait_loop, args=(waits,), daemon=True,
-                                     name=f"prism-lane-wait-{self.rank}-{lane.lane.prefix}").start()
-                    lane.waits = waits
-        return lane.waits
-
-    def _wait_loop(self, waits: queue.SimpleQueue) -> None:
-        # Every reference to the op's tensors (works, the output writer) is dropped before its
-        # future completes: a sent tensor the script has let go must not outlive the script's
-        # wake-up here (docs/emulate.md, "What a rank's peak counts").
-        while (op := waits.get()) is not None:
-            future, outputs = op.pop(), op.pop()
-            try:
-                self._end_op(op)
-            except BaseException as e:  # noqa: BLE001 - delivered to the script's wait
-                future.set_exception(e)
-            else:
-                future.set_result(outputs)
-            op = future = outputs = None
-
-    def _end_op(self, op: list) -> None:
-        """Wait for the op's transfers and write its temporaries into the script's outputs; empties
-        ``op`` (works, writer, name), so only this frame holds them."""
-        works, finish, what = op
-        op.clear()
+    def _end_op(self, works: list, temps: list | None, req: CommRequest, me: int, root: int, what: str) -> None:
+        """On the lane's completion thread: wait for the op's transfers, then write the flat
+        temporaries (if any) into the script's outputs."""
         timeout = self._timeout
         for w in works:
             try:
@@ -266,9 +240,9 @@ class DeviceLanes:
                                                 f"the lane to the replayer failed: {e}")) from e
             if not done:
                 raise PrismError(f"{what}: the replayer did not answer within {timeout}")
-        if finish is not None:
+        if temps is not None:
             with torch.no_grad():
-                finish()
+                _write_outputs(req, temps, me, root)
 
     def _inputs(self, req: CommRequest, me: int, n: int, root: int) -> list[torch.Tensor]:
         if req.op is CommOp.SEND:
@@ -321,11 +295,10 @@ class DeviceLanes:
         if self._open and self._cuda:
             torch.cuda.synchronize(self.device)  # every transfer of the run has landed
         self._stop.set()
+        self._completion.close()
         if self._watchdog is not None:
             self._watchdog.join(timeout=1.0)
         for lane in self._open.values():
-            if lane.waits is not None:
-                lane.waits.put(None)
             lane.stashed.clear()
             lane.to_release.clear()
             try:

@@ -63,6 +63,7 @@ from prism.nccl_patches.vplan import (
     op_parts,
     p2p_tag,
     p2p_tag_base,
+    sandbox_endpoints,
     transport_prefix,
 )
 
@@ -211,8 +212,8 @@ class LiveEngine(CommEngine):
                     # Delegated paths: the replayer serves lanes and joins no group transport; what
                     # is left here is messages between two sandbox ranks of a group that has
                     # vranks, over a transport of the group's sandbox members.
-                    present = [g for g, r in enumerate(group.ranks) if r in self.sandbox]
-                    endpoint_of, num_endpoints = {g: e for e, g in enumerate(present)}, len(present)
+                    endpoint_of = sandbox_endpoints(group.ranks, self.sandbox)
+                    num_endpoints = len(endpoint_of)
                 log.debug("rank %d: transport of group %s, %d endpoints", self.rank, gid, num_endpoints)
                 self._transports[gid] = WideTagTransport.connect(
                     self._transport_store(), endpoint_of[group.group_rank], num_endpoints,

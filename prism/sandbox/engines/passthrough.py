@@ -22,7 +22,6 @@ import dataclasses
 import datetime
 import logging
 import os
-import queue
 import threading
 
 import torch
@@ -32,6 +31,7 @@ from prism.graph.records import CommOp
 
 from ..memtrack import untracked
 from .base import CommEngine, CommRequest, GroupHandle
+from .completion import CompletionThreads
 
 __all__ = ["PassthroughEngine"]
 
@@ -122,7 +122,7 @@ class PassthroughEngine(CommEngine):
         self._gloo: dict[str, dist.ProcessGroupGloo] = {}
         self._nccl: dict[str, object] = {}
         self._stores: dict[str, object] = {}
-        self._waiters: dict[tuple, queue.SimpleQueue] = {}
+        self._completion = CompletionThreads("prism-passthrough-wait")
         self._futureless: set[tuple] = set()
         """Kinds of (work type, op, flat, coalesced) whose gloo work has no future."""
         self._lock = threading.Lock()
@@ -222,44 +222,12 @@ class PassthroughEngine(CommEngine):
 
     def _helper_future(self, work, req: CommRequest, value) -> torch.futures.Future:
         """A future for a gloo work that has none (send/recv, e.g. _allgather_base), completed with
-        ``value`` by the stream's helper thread when the work is done, in issue order: completion is
-        still driven by the backend and not by Work.wait()."""
+        ``value`` by the stream's completion thread when the work is done, in issue order."""
         future: torch.futures.Future = torch.futures.Future()
-        self._waiter(req).put((work, future, value))
-        return future
-
-    def _waiter(self, req: CommRequest) -> queue.SimpleQueue:
         stream = (req.group.group_id, req.op.value, req.peer) if req.op in (CommOp.SEND, CommOp.RECV) \
             else (req.group.group_id,)
-        waits = self._waiters.get(stream)
-        if waits is None:
-            with self._lock:
-                waits = self._waiters.get(stream)
-                if waits is None:
-                    waits = self._waiters[stream] = queue.SimpleQueue()
-                    threading.Thread(target=self._wait_loop, args=(waits,), daemon=True,
-                                     name=f"prism-passthrough-wait-{'-'.join(map(str, stream))}").start()
-        return waits
-
-    @staticmethod
-    def _wait_loop(waits: queue.SimpleQueue) -> None:
-        while (item := waits.get()) is not None:
-            work, future, value = item
-            del item
-            error: Exception | None = None
-            try:
-                work.wait()
-            except Exception as e:  # noqa: BLE001 - handed to the waiter
-                error = e
-            # The work holds the op's tensors: dropped before the waiter wakes, as a plain gloo
-            # run frees a sent tensor when the script drops it. Dropped after, the tensor would
-            # count in the rank's peak whenever this thread lost the CPU in between.
-            del work
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(value)
-            del future, error, value
+        self._completion.complete(stream, work.wait, future, value)
+        return future
 
     def _start(self, pg, req: CommRequest) -> list:
         op, g = req.op, req.group
@@ -315,9 +283,7 @@ class PassthroughEngine(CommEngine):
         raise AssertionError(f"unhandled op {op} (rank {me})")
 
     def shutdown(self) -> None:
-        with self._lock:
-            for waits in self._waiters.values():
-                waits.put(None)
+        self._completion.close()
         for pg in list(self._nccl.values()):
             try:
                 pg.shutdown()
