@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import datetime
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,8 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from prism.core.config import normalize_dtype
+from prism.core.errors import MismatchError
 from prism.graph.records import CommOp, Node
 from prism.nccl_patches import neighbor_ranks, pruned_steps
 from prism.nccl_patches.compensation import RecordedCollective
@@ -158,6 +161,7 @@ class DeviceServer:
     def _message(self, ch: Channel, node: Node) -> None:
         recs = self._recs(ch, node)
         if ch.src in self.sandbox:  # the sandbox rank sends to a vrank: take the message
+            _check_recorded_size(ch, node, [rec.outputs.get(rec.peer, rec.inputs.get(rec.root)) for rec in recs])
             pg = self._pg(ch, ch.src)
             self._clock.wait_until_issue(ch.dst, node)  # an NCCL send completes once it is received
             works = []
@@ -201,6 +205,10 @@ class DeviceServer:
         op = node.op
         root = ch.members.index(node.peer) if node.peer >= 0 and node.peer in ch.members else 0
         received: dict[tuple[int, int], torch.Tensor] = {}
+        if node.rank in ch.members and sends_input(op, ch.members.index(node.rank), root):
+            g = ch.members.index(node.rank)
+            _check_recorded_size(ch, node, [torch.empty(_input_numel(rec, g), dtype=_dtype(rec), device="meta")
+                                            for rec in recs])
         works = []
         for g in sb:  # per lane in part order: what the sandbox rank sends, in its order
             if not sends_input(op, g, root):
@@ -274,6 +282,25 @@ class DeviceServer:
             except Exception:  # noqa: BLE001 - the run is over; a peer may be gone already
                 log.debug("lane shutdown failed", exc_info=True)
         self._pgs.clear()
+
+
+def _check_recorded_size(ch: Channel, node: Node, recorded: list[torch.Tensor]) -> None:
+    """Before any transfer: the sandbox rank's input as the graph has it (the script's, on the path
+    the structure run took) against the recorded data the vranks replay. They differ when the run
+    that recorded the data took another path (a checkpoint it resumed from, other arguments or
+    data); the transfer would fail on gloo's size check, or hang on NCCL. Only the rank whose
+    nodes the channel holds is compared (a channel carries one sandbox member's nodes)."""
+    recorded_bytes = sum(t.numel() * t.element_size() for t in recorded)
+    if recorded_bytes == node.size_bytes:
+        return
+    numel = sum(math.prod(s) for s in node.shapes)
+    graph = f"{normalize_dtype(node.dtype) or node.dtype}[{numel}]"
+    data = " + ".join(f"{str(t.dtype).removeprefix('torch.')}[{t.numel()}]" for t in recorded)
+    where = f"{node.op.value} on group {ch.group_id} seq {node.seq}" if node.op else f"op seq {node.seq} on group {ch.group_id}"
+    raise MismatchError(
+        f"{where}: rank {node.rank}'s input is {graph} but the recorded data has {data} for it (the run "
+        "that recorded it took another path: a checkpoint it resumed from, other arguments or data); "
+        "its virtual peers cannot replay this op")
 
 
 def _dtype(rec: RecordedCollective) -> torch.dtype:

@@ -100,19 +100,30 @@ def test_writes_outside_are_reported_and_extra_paths_are_reset_and_put_back(scri
                for r in caplog.records)
 
 
-def test_a_recorded_input_of_another_size_is_a_divergence_named_by_its_op_not_a_crash(tmp_path):
+@pytest.fixture(scope="module")
+def run_with_data_of_another_size(tmp_path_factory):
     # The structure graph comes from one run of the script and the recorded data from another that
     # took another path (here: another size; in the field, a checkpoint that run resumed from).
     job = load_job(ASSETS / "jobs" / "resume2" / "job.yaml")
-    run = tmp_path / "run"
+    run = tmp_path_factory.mktemp("another-size") / "run"
     record_job(dataclasses.replace(job, env={"NUMEL": "16384"}), run)
     capture_job(dataclasses.replace(job, env={"NUMEL": "4"}), run, derive_for=(0, 1), timeout_s=240)
+    return run
+
+
+def test_a_recorded_input_of_another_size_is_a_divergence_when_every_member_is_real(run_with_data_of_another_size):
     # Every member of the group real (a calibration slice): the ops run, flagged as diverged.
-    both = emulate(run, EmulateOptions(ranks=(0, 1), timeout_s=240))
+    both = emulate(run_with_data_of_another_size, EmulateOptions(ranks=(0, 1), timeout_s=240))
     assert any(op.startswith("all_reduce ") for op in both.ranks[0].diverged_ops)
-    # A virtual peer would replay values of the wrong size: the emulation stops, naming the op.
+
+
+@pytest.mark.parametrize("device_path", ["host", "lanes"])
+def test_a_recorded_input_of_another_size_stops_the_emulation_naming_the_op_and_both_sizes(
+        run_with_data_of_another_size, device_path):
+    # A virtual peer would replay values of the wrong size: the emulation stops before any transfer
+    # of the op (on a delegated path the replayer checks, as NCCL would otherwise hang on it).
     with pytest.raises(RankFailedError) as err:
-        emulate(run, EmulateOptions(ranks=(0,), timeout_s=240))
+        emulate(run_with_data_of_another_size, EmulateOptions(ranks=(0,), timeout_s=240, device_path=device_path))
     text = str(err.value) + err.value.traceback_text
     assert "all_reduce on group" in text and "float32[16384]" in text and "float32[4]" in text
-    assert "must match the size" not in text
+    assert "must match the size" not in text and "Received data size" not in text

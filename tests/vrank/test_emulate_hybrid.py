@@ -40,7 +40,10 @@ def _bits(t):
 
 def test_ranks_2_and_5_reproduce_the_capture_run_bitwise(hybrid_run, tmp_path):
     run, real, capture = hybrid_run
-    result = emulate(run, EmulateOptions(ranks=SANDBOX, capture_dir=str(tmp_path / "emu"), timeout_s=300))
+    # The host data path (the sandbox runs the pruned ring against the replayer's transports);
+    # tests/vrank/test_lanes_path.py runs hybrid on the delegated one.
+    result = emulate(run, EmulateOptions(ranks=SANDBOX, capture_dir=str(tmp_path / "emu"), timeout_s=300,
+                                         device_path="host"))
     assert set(result.ranks) == set(SANDBOX)
     for r in SANDBOX:
         got = result.ranks[r]
