@@ -31,7 +31,7 @@ from prism.core.config import normalize_dtype
 from prism.core.errors import MismatchError
 from prism.graph.records import CommOp, Node
 from prism.nccl_patches import neighbor_ranks, pruned_steps
-from prism.nccl_patches.compensation import RecordedCollective
+from prism.nccl_patches.compensation import RecordedCollective, bits_equal, matches_record
 from prism.nccl_patches.ipc_lane import IpcLane, same_gpu
 from prism.nccl_patches.parties import NeighborParty, SandboxParty
 from prism.nccl_patches.pruned import run_in_process
@@ -77,6 +77,8 @@ class DeviceServer:
         self._lock = threading.Lock()
         self.diverged: dict[int, list[dict]] = {}
         self.num_ops = 0
+        self.num_recorded_outputs = 0
+        """Parts of collectives answered with the recorded outputs, the ring not run (every input as recorded)."""
         self.traffic_bytes = 0
         self.phase_s: dict[str, float] = {}
         """CPU seconds per phase of serving (records, recv, compute, clock, send, sync)."""
@@ -224,6 +226,15 @@ class DeviceServer:
         outputs: dict[tuple[int, int], torch.Tensor] = {}
         vranks: set[int] = set()
         for i, rec in enumerate(recs):
+            pruned = pruned_steps(rec)
+            hosted = neighbor_ranks(rec, pruned)
+            vranks |= {ch.members[v] for v in hosted}
+            recorded = _recorded_outputs(rec, op, sb, root, {g: received.get((i, g)) for g in sb})
+            if recorded is not None:
+                outputs.update(((i, g), out) for g, out in recorded.items())
+                with self._lock:
+                    self.num_recorded_outputs += 1
+                continue
             parties = []
             for g in sb:
                 data = received.get((i, g))
@@ -241,11 +252,8 @@ class DeviceServer:
                         self.diverged.setdefault(ch.members[g], []).append(
                             {"key": f"{ch.group_id}/{node.seq}", "op": op.value})
                 parties.append(party)
-            pruned = pruned_steps(rec)
-            hosted = neighbor_ranks(rec, pruned)
             if hosted:
                 parties.append(NeighborParty(rec, hosted, pruned))
-                vranks |= {ch.members[v] for v in hosted}
             run_in_process(parties)
             for g, party in zip(sb, parties, strict=False):
                 out = party.output()
@@ -301,6 +309,31 @@ def _check_recorded_size(ch: Channel, node: Node, recorded: list[torch.Tensor]) 
         f"{where}: rank {node.rank}'s input is {graph} but the recorded data has {data} for it (the run "
         "that recorded it took another path: a checkpoint it resumed from, other arguments or data); "
         "its virtual peers cannot replay this op")
+
+
+def _recorded_outputs(rec: RecordedCollective, op: CommOp, sb: list[int], root: int,
+                      received: dict[int, torch.Tensor | None]) -> dict[int, torch.Tensor] | None:
+    """The sandbox ranks' outputs without running the ring, when every input they sent is bitwise
+    the recorded one: the vranks replay recorded values too, so the ring would compute what the
+    collection returned to each of them (``rec.outputs``), bit for bit. None when an input deviates
+    (the ring runs, and the op is flagged as diverged) or the record lacks what is needed. On a
+    short step the in-process ring is the replayer's main cost per op (1.3 ms for an 8-rank
+    16 KiB all-reduce on the 16-core machine), and each op of a group waits for the one before."""
+    for g in sb:
+        data = received[g]
+        if data is None:
+            continue
+        want = rec.inputs.get(g)
+        if want is None or not matches_record(data, want) or not bool(bits_equal(data, want).all()):
+            return None
+    outs = {}
+    for g in sb:
+        if receives_output(op, g, root):
+            out = rec.outputs.get(g)
+            if out is None:
+                return None
+            outs[g] = out
+    return outs
 
 
 def _dtype(rec: RecordedCollective) -> torch.dtype:

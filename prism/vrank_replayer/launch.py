@@ -152,6 +152,8 @@ class ReplayerResult:
     traffic_bytes: int
     peak_rss_bytes: int
     first_op_done_s: float | None
+    num_recorded_outputs: int = 0
+    """Delegated paths: collective parts answered with the recorded outputs (the ring not run)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,6 +419,7 @@ def _collect_results(out: Path, world_size: int, ranks, num_replayers: int, laun
             num_connections=d["num_connections"], num_ops=d["num_ops"],
             num_steps=d["num_steps"], traffic_bytes=d["traffic_bytes"], peak_rss_bytes=d["peak_rss_bytes"],
             first_op_done_s=_since(d["first_op_done_unix_s"], launched),
+            num_recorded_outputs=d.get("num_recorded_outputs", 0),
         ))
     return EmulateResult(world_size, per_rank, tuple(reps), wall, out, kind)
 

@@ -321,6 +321,7 @@ class Replayer:
             "device_path": self.spec.device_path,
             "diverged_ops": {str(r): v for r, v in device.diverged.items()} if device is not None else {},
             "phase_s": {k: round(v, 4) for k, v in device.phase_s.items()} if device is not None else {},
+            "num_recorded_outputs": device.num_recorded_outputs if device is not None else 0,
             "num_channels": len(self.channels),
             "num_transports": len(self._transports),
             "num_connections": sum(t.pg.size() - 1 for t in self._transports.values()),
