@@ -142,50 +142,72 @@ def example_ranks(name: str) -> tuple[int, ...]:
 
 def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | None, repeats: int, real_repeats: int,
                 slice_size: int, calibration_repeats: int, timeout_s: float, order: str = "alternate",
-                device_path: str = "auto", world: int | None = None) -> dict:
+                device_path: str = "auto", world: int | None = None) -> list[dict]:
     """``order``: ``phases`` runs every real run, then the calibration, then every emulation;
     ``alternate`` records the first real run (the structure the calibration uses), calibrates, then
     alternates emulation i with real run i + 1, so a drift of the host's speed meets both sides
     (the first real run is kept out of the medians then, unless there is no other). ``device_path``:
-    the data path of the calibration's slices and the emulations (on CPU: host or lanes)."""
+    the data path of the calibration's slices and the emulations (on CPU: host or lanes); several,
+    comma-separated, are measured one after the other on the same job against the same real runs
+    (calibration and emulations per path; with ``alternate``, ``real_repeats`` real runs per path,
+    each beside an emulation of that path). One result per path."""
     job = example_job(name, size, world)
     ranks = ranks or example_ranks(name)
     if outside := [r for r in ranks if not 0 <= r < job.world_size]:
         raise ValueError(f"{name}: sandbox ranks {outside} are outside its world of {job.world_size} (--ranks)")
+    paths = device_path.split(",")
     warmup = job.iterations.warmup
     kept = warmup + MEASURED
     shutil.rmtree(run, ignore_errors=True)
     wall: dict[str, float] = {}
-    probes: dict[str, list[float]] = {"record": [], "calibrate": [], "emulate": []}
+    probes: dict[str, list[float]] = {"record": []}
     t0 = time.time()
-    real_dirs = [run, *(run / "real-repeats" / str(i) for i in range(1, real_repeats + (order == "alternate")))]
+    per_path_reals = real_repeats if order == "alternate" else 0
+    num_real = 1 + per_path_reals * len(paths) if order == "alternate" else real_repeats
+    real_dirs = [run, *(run / "real-repeats" / str(i) for i in range(1, num_real))]
     first = 1 if order == "alternate" else len(real_dirs)
     reals = []
-    for d in real_dirs[:first]:
+
+    def record_next() -> None:
         probes["record"].append(host_probe_ms())
-        reals.append(record_job(job, d, timeout_s=timeout_s))
+        reals.append(record_job(job, real_dirs[len(reals)], timeout_s=timeout_s))
+
+    for _ in real_dirs[:first]:
+        record_next()
     wall["record_all"] = time.time() - t0
     t0 = time.time()
     capture_job(job, run, timeout_s=timeout_s)
-    cal = calibrate_run(run, slice_size=slice_size, skip_steps=warmup, repeats=calibration_repeats,
-                        timeout_s=timeout_s, device={"device_path": device_path})
-    probes["calibrate"] = list(cal.host_probe_ms)  # before the first slice and after each
-    wall["capture_and_calibrate"] = time.time() - t0
-    timed = read_graph(run / "graph" / "timed")
-    t0 = time.time()
-    emus = []
-    for i in range(repeats):
-        emus.append(emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s, device_path=device_path),
-                                       skip_steps=warmup))
-        probes["emulate"].append(emus[-1].data["host_probe_ms"])  # taken by the emulation before it starts
-        if first + i < len(real_dirs):
-            probes["record"].append(host_probe_ms())
-            reals.append(record_job(job, real_dirs[first + i], timeout_s=timeout_s))
-    for d in real_dirs[len(reals):]:  # more real runs than emulations
-        probes["record"].append(host_probe_ms())
-        reals.append(record_job(job, d, timeout_s=timeout_s))
-    wall["emulate_all"] = time.time() - t0
+    wall["capture"] = time.time() - t0
+    timed, emus = {}, {}
+    for path in paths:
+        t0 = time.time()
+        cal = calibrate_run(run, slice_size=slice_size, skip_steps=warmup, repeats=calibration_repeats,
+                            timeout_s=timeout_s, device={"device_path": path})
+        probes[f"calibrate_{path}"] = list(cal.host_probe_ms)  # before the first slice and after each
+        wall[f"calibrate_{path}"] = time.time() - t0
+        timed[path] = read_graph(run / "graph" / "timed")
+        t0 = time.time()
+        emus[path] = []
+        for i in range(repeats):
+            emus[path].append(emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s,
+                                                                     device_path=path), skip_steps=warmup))
+            probes.setdefault(f"emulate_{path}", []).append(emus[path][-1].data["host_probe_ms"])
+            if i < per_path_reals and len(reals) < len(real_dirs):
+                record_next()
+        wall[f"emulate_{path}"] = time.time() - t0
+    while len(reals) < len(real_dirs):  # more real runs than emulations
+        record_next()
     compared = reals[1:] if order == "alternate" and len(reals) > 1 else reals
+    return [_path_result(name, size, job, ranks, path, timed[path], emus[path], reals, compared, kept, warmup,
+                         wall=wall, probes=probes, repeats=repeats, real_repeats=real_repeats, slice_size=slice_size,
+                         calibration_repeats=calibration_repeats, order=order)
+            for path in paths]
+
+
+def _path_result(name, size, job, ranks, path, timed, emus, reals, compared, kept, warmup, **settings) -> dict:
+    """One data path's comparison with the real runs ``compared`` (``reals[0]`` gives the comm ops
+    per step)."""
+    wall, probes = settings.pop("wall"), settings.pop("probes")
     rows = {}
     for r in ranks:
         real_runs = [[s / 1e6 for s in g.summaries[r].step_times_ns][:kept] for g in compared]
@@ -216,9 +238,7 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
             "overhead_us_per_comm_op": (emulated.mean_ms - emulated.real_mean_ms) * 1e3 / ops if ops else None,
         }
     return {"example": name, "size": size, "args": list(job.args), "world_size": job.world_size,
-            "sandbox_ranks": list(ranks), "repeats": repeats, "real_repeats": real_repeats,
-            "slice_size": slice_size, "calibration_repeats": calibration_repeats, "order": order,
-            "device_path": device_path, "wall_s": wall,
+            "sandbox_ranks": list(ranks), **settings, "device_path": path, "wall_s": wall,
             "host_probe_ms": probes,
             "mean_abs_rel_error": max(abs(v["emulated"]["mean_rel_error"]) for v in rows.values()),
             "max_step_rel_error": max(v["emulated"]["max_rel_error"] for v in rows.values()),
@@ -258,18 +278,21 @@ def run_all(names: list[str], sizes: list[str], base: Path, out: Path, *, budget
             print(f"[{spent:5.0f} s] {k}/{total} {name} {size} ...", flush=True)
             t0 = time.time()
             try:
-                res = run_example(name, size, base / f"{name}-{size}", **kw)
+                results = run_example(name, size, base / f"{name}-{size}", **kw)
             except Exception as e:  # noqa: BLE001 - recorded, the next job still runs
                 log.exception("%s %s failed", name, size)
-                res = {"example": name, "size": size, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+                results = [{"example": name, "size": size,
+                            "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}]
             if not keep:  # a job's run directories take GBs; --keep leaves them for a diagnosis
                 shutil.rmtree(base / f"{name}-{size}", ignore_errors=True)
-            res["job_wall_s"] = took = time.time() - t0
+            took = time.time() - t0
             with lock:
-                if "error" not in res:
-                    longest[0] = max(longest[0], took)
-                summary["jobs"].append(res)
-                _print(res, took)
+                for res in results:
+                    res["job_wall_s"] = took
+                    if "error" not in res:
+                        longest[0] = max(longest[0], took)
+                    summary["jobs"].append(res)
+                    _print(res, took)
                 _write(summary, out, start)
 
     threads = [threading.Thread(target=worker, name=f"bench-{i}") for i in range(max(1, parallel))]
@@ -282,6 +305,8 @@ def run_all(names: list[str], sizes: list[str], base: Path, out: Path, *, budget
 
 def _print(res: dict, took: float) -> None:
     name, size = res["example"], res["size"]
+    if res.get("device_path", "auto") != "auto":
+        size = f"{size} {res['device_path']}"
     if "error" in res:
         print(f"          {name} {size}: FAILED in {took:.0f} s: {res['error']}", flush=True)
         return

@@ -279,6 +279,13 @@ def print_shape(res: dict, console: Console) -> None:
     console.print(f"wall: {', '.join(f'{k} {v:.0f} s' for k, v in res['wall_s'].items())}")
 
 
+def _device_paths(text: str) -> str:
+    paths = text.split(",")
+    if not paths or any(p not in ("auto", "host", "lanes") for p in paths) or len(set(paths)) != len(paths):
+        raise argparse.ArgumentTypeError(f"{text!r}: one or more of auto, host, lanes, comma-separated, each once")
+    return text
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="2x8,4x8", help="dp×pp shapes, comma-separated (default: W=16 and W=32)")
@@ -305,8 +312,10 @@ def main() -> None:
                    help="with --examples: the time assumed for a job before one has finished")
     p.add_argument("--timeout", type=float, default=300.0, help="with --examples: stall limit of each run")
     p.add_argument("--parallel", type=int, default=1, help="with --examples: jobs at once")
-    p.add_argument("--device-path", default="auto", choices=("auto", "host", "lanes"),
-                   help="with --examples: the data path of slices and emulations (CPU jobs: host or lanes)")
+    p.add_argument("--device-path", default="auto", type=_device_paths,
+                   help="with --examples: the data path of slices and emulations (CPU jobs: host or lanes); "
+                        "several, comma-separated (host,lanes), are measured one after the other on each job "
+                        "against the same real runs, one result per path")
     p.add_argument("--world", type=int, default=None, help="with --examples: another world size than the job files'")
     p.add_argument("--order", choices=["alternate", "phases"], default="alternate",
                    help="with --examples: alternate emulation i with real run i+1 after the calibration "
