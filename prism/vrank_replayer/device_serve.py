@@ -5,7 +5,10 @@ inputs over their lanes, runs the pruned collective in this process on the devic
 (:func:`~prism.nccl_patches.pruned.run_in_process`: each sandbox rank's real combine steps with
 the data it sent, the neighbor vranks' recorded partials and compensation), waits until the
 vranks are due (the clock: the timed graph's calibrated times in an emulation, at once in a
-calibration slice), and sends each sandbox rank its outputs. A transfer that the local link
+calibration slice), and sends each sandbox rank its outputs. When every input the sandbox ranks
+sent is bitwise the recorded one (an unchanged job), the outputs are the recorded ones and the
+ring is not run (:func:`_recorded_outputs`). Before any transfer of an op, the graph's size of a
+sandbox rank's input is checked against the recorded data (:func:`_check_recorded_size`). A transfer that the local link
 finishes early is therefore held until the calibrated time without any GPU spinning (the send is
 not enqueued before it is due). The replayer's CPU time per phase of serving is in its result
 (``phase_s``).
