@@ -166,7 +166,8 @@ class DeviceServer:
     def _message(self, ch: Channel, node: Node) -> None:
         recs = self._recs(ch, node)
         if ch.src in self.sandbox:  # the sandbox rank sends to a vrank: take the message
-            _check_recorded_size(ch, node, [rec.outputs.get(rec.peer, rec.inputs.get(rec.root)) for rec in recs])
+            messages = [rec.outputs.get(rec.peer, rec.inputs.get(rec.root)) for rec in recs]
+            _check_recorded_size(ch, node, [(m.dtype, m.numel()) for m in messages])
             pg = self._pg(ch, ch.src)
             self._clock.wait_until_issue(ch.dst, node)  # an NCCL send completes once it is received
             works = []
@@ -212,8 +213,7 @@ class DeviceServer:
         received: dict[tuple[int, int], torch.Tensor] = {}
         if node.rank in ch.members and sends_input(op, ch.members.index(node.rank), root):
             g = ch.members.index(node.rank)
-            _check_recorded_size(ch, node, [torch.empty(_input_numel(rec, g), dtype=_dtype(rec), device="meta")
-                                            for rec in recs])
+            _check_recorded_size(ch, node, [(_dtype(rec), _input_numel(rec, g)) for rec in recs])
         works = []
         for g in sb:  # per lane in part order: what the sandbox rank sends, in its order
             if not sends_input(op, g, root):
@@ -295,18 +295,19 @@ class DeviceServer:
         self._pgs.clear()
 
 
-def _check_recorded_size(ch: Channel, node: Node, recorded: list[torch.Tensor]) -> None:
+def _check_recorded_size(ch: Channel, node: Node, recorded: list[tuple[torch.dtype, int]]) -> None:
     """Before any transfer: the sandbox rank's input as the graph has it (the script's, on the path
     the structure run took) against the recorded data the vranks replay. They differ when the run
     that recorded the data took another path (a checkpoint it resumed from, other arguments or
     data); the transfer would fail on gloo's size check, or hang on NCCL. Only the rank whose
-    nodes the channel holds is compared (a channel carries one sandbox member's nodes)."""
-    recorded_bytes = sum(t.numel() * t.element_size() for t in recorded)
+    nodes the channel holds is compared (a channel carries one sandbox member's nodes).
+    ``recorded``: (dtype, numel) of each part's recorded input."""
+    recorded_bytes = sum(numel * dtype.itemsize for dtype, numel in recorded)
     if recorded_bytes == node.size_bytes:
         return
     numel = sum(math.prod(s) for s in node.shapes)
     graph = f"{normalize_dtype(node.dtype) or node.dtype}[{numel}]"
-    data = " + ".join(f"{str(t.dtype).removeprefix('torch.')}[{t.numel()}]" for t in recorded)
+    data = " + ".join(f"{str(dtype).removeprefix('torch.')}[{numel}]" for dtype, numel in recorded)
     where = f"{node.op.value} on group {ch.group_id} seq {node.seq}" if node.op else f"op seq {node.seq} on group {ch.group_id}"
     raise MismatchError(
         f"{where}: rank {node.rank}'s input is {graph} but the recorded data has {data} for it (the run "
