@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from prism.graph.records import CommOp
 
-from .engines.base import CommEngine, CommRequest, GroupHandle
+from .engines.base import DONE_NS, CommEngine, CommRequest, GroupHandle
 
 __all__ = ["BACKEND_NAME", "PrismProcessGroup", "PrismWork", "SandboxContext", "register_backend", "reduce_op_name"]
 
@@ -35,7 +35,7 @@ BACKEND_NAME = "prism"
 
 class CommObserver(Protocol):
     def on_issue(self, request: CommRequest) -> int: ...
-    def on_complete(self, token: int, end_event: object = None) -> None: ...
+    def on_complete(self, token: int, end_event: object = None, done_ns: int | None = None) -> None: ...
     def on_wait(self, token: int) -> Callable[[], None]: ...
     def on_group(self, group: GroupHandle) -> None: ...
 
@@ -198,10 +198,12 @@ class PrismProcessGroup(dist.ProcessGroup):
             future.set_exception(e)
         extra = request.extra
         if watch is None:
-            future.add_done_callback(lambda _f: ctx.observer.on_complete(token, extra.get("end_event")))
+            future.add_done_callback(lambda _f: ctx.observer.on_complete(token, extra.get("end_event"),
+                                                                         extra.get(DONE_NS)))
         else:
             future.add_done_callback(
-                lambda _f: (ctx.observer.on_complete(token, extra.get("end_event")), watch.completed(token)))
+                lambda _f: (ctx.observer.on_complete(token, extra.get("end_event"), extra.get(DONE_NS)),
+                            watch.completed(token)))
         return PrismWork(future, lambda: ctx.observer.on_wait(token), extra.get("wait"))
 
     def _req(self, op: CommOp, inputs, outputs, **kw) -> PrismWork:

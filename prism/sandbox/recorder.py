@@ -199,14 +199,15 @@ class Recorder:
         """The fields recorded for the comm op ``token`` (read by the hang watcher's publisher)."""
         return self._nodes[token]
 
-    def on_complete(self, token: int, end_event: torch.cuda.Event | None = None) -> None:
+    def on_complete(self, token: int, end_event: torch.cuda.Event | None = None, done_ns: int | None = None) -> None:
         """The op's outputs are final; on CUDA ``end_event`` (recorded on the op's stream after it)
-        says when on the device."""
+        says when on the device; else ``done_ns``, when the engine completed the op (this call may
+        come later: it waits for the GIL while the woken script runs Python), or now."""
         with self._lock:
             if end_event is not None and self._gpu is not None:
                 self._end_ns[token] = self._gpu.adopt(end_event)
             else:  # completed on the host (a host-staged or CPU op): the CPU clock says when
-                self._end_ns[token] = time.perf_counter_ns()
+                self._end_ns[token] = done_ns if done_ns is not None else time.perf_counter_ns()
 
     def on_wait(self, token: int) -> Callable[[], None]:
         with self._lock:

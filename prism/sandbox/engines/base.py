@@ -10,13 +10,29 @@ must complete futures by itself: immediately, or from its own thread.
 from __future__ import annotations
 
 import abc
+import time
 from dataclasses import dataclass, field
 
 import torch
 
 from prism.graph.records import CommOp
 
-__all__ = ["GroupHandle", "CommRequest", "CommEngine", "ENGINE_NAMES"]
+__all__ = ["GroupHandle", "CommRequest", "CommEngine", "ENGINE_NAMES", "DONE_NS", "complete_op"]
+
+DONE_NS = "done_ns"
+"""``CommRequest.extra`` key: ``time.perf_counter_ns()`` when the engine completed the op's future."""
+
+
+def complete_op(future: torch.futures.Future, value, extra: dict) -> None:
+    """Complete ``future`` with ``value``, stamping the moment in ``extra[DONE_NS]`` first. The
+    observer learns of the completion in a done-callback, which runs after ``set_result`` has woken
+    the script and needs the GIL: when the script runs Python right after waking (DDP's optimizer
+    step after the C++ wait on its bucket all-reduces), the callback runs up to that long later,
+    and an op's duration read there would include it (docs/emulate.md, "A completion stamped
+    late")."""
+    extra[DONE_NS] = time.perf_counter_ns()
+    future.set_result(value)
+
 
 ENGINE_NAMES = ("passthrough", "fake", "torch-fake", "coordinator", "live", "recorded")
 

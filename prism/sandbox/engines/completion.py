@@ -16,6 +16,8 @@ from collections.abc import Callable, Hashable
 
 import torch
 
+from .base import complete_op
+
 __all__ = ["CompletionThreads"]
 
 
@@ -27,10 +29,12 @@ class CompletionThreads:
         self._queues: dict[Hashable, queue.SimpleQueue] = {}
         self._lock = threading.Lock()
 
-    def complete(self, stream: Hashable, wait: Callable[[], None], future: torch.futures.Future, value) -> None:
+    def complete(self, stream: Hashable, wait: Callable[[], None], future: torch.futures.Future, value,
+                 extra: dict) -> None:
         """Run ``wait()`` on the stream's thread after the stream's earlier ops, then complete
-        ``future`` with ``value``, or with the exception ``wait`` raised."""
-        self._queue(stream).put([wait, value, future])
+        ``future`` with ``value`` (the moment stamped in the op's ``extra``, :func:`complete_op`),
+        or with the exception ``wait`` raised."""
+        self._queue(stream).put([wait, extra, value, future])
 
     def _queue(self, stream: Hashable) -> queue.SimpleQueue:
         q = self._queues.get(stream)
@@ -52,14 +56,14 @@ class CompletionThreads:
 
 def _loop(q: queue.SimpleQueue) -> None:
     while (item := q.get()) is not None:
-        future, value = item.pop(), item.pop()
+        future, value, extra = item.pop(), item.pop(), item.pop()
         try:
             _wait(item)
         except BaseException as e:  # noqa: BLE001 - delivered to the script's wait
             future.set_exception(e)
         else:
-            future.set_result(value)
-        item = future = value = None
+            complete_op(future, value, extra)
+        item = future = value = extra = None
 
 
 def _wait(item: list) -> None:

@@ -224,7 +224,7 @@ class DeviceLanes:
         future: torch.futures.Future = torch.futures.Future()
         what = f"rank {self.rank}: {req.op.value} on group {req.group.group_id} seq {req.seq}"
         self._completion.complete(lane.lane.prefix, lambda: self._end_op(works, bufs if temps else None, req, me, root, what),
-                                  future, req.outputs)
+                                  future, req.outputs, req.extra)
         return future
 
     def _end_op(self, works: list, temps: list | None, req: CommRequest, me: int, root: int, what: str) -> None:

@@ -71,7 +71,7 @@ from prism.graph.io import read_graph
 from prism.nccl_patches.vplan import device_lanes
 
 from ..memtrack import untracked
-from .base import CommEngine, CommRequest, GroupHandle
+from .base import CommEngine, CommRequest, GroupHandle, complete_op
 from .device_path import DeviceLanes
 from .passthrough import PassthroughEngine
 
@@ -311,7 +311,7 @@ class LiveEngine(CommEngine):
         except BaseException as e:  # noqa: BLE001 - delivered to the waiter
             log.debug("rank %d: %s %s:%d failed", self.rank, req.op.value, req.group.group_id, req.seq, exc_info=True)
             return functools.partial(future.set_exception, e)
-        return functools.partial(self._complete, future, req.outputs)
+        return functools.partial(self._complete, future, req.outputs, req.extra)
 
     def _first_done(self) -> None:
         if self._first_done_unix_s is None:
@@ -319,9 +319,9 @@ class LiveEngine(CommEngine):
                 if self._first_done_unix_s is None:
                     self._first_done_unix_s = time.time()
 
-    def _complete(self, future: torch.futures.Future, outputs: list[torch.Tensor]) -> None:
+    def _complete(self, future: torch.futures.Future, outputs: list[torch.Tensor], extra: dict) -> None:
         self._first_done()
-        future.set_result(outputs)
+        complete_op(future, outputs, extra)
 
     # ------------------------------------------------------------------ send/recv posted at once
 
@@ -378,7 +378,7 @@ class LiveEngine(CommEngine):
         except BaseException as e:  # noqa: BLE001 - delivered to the waiter
             log.debug("rank %d: %s %s:%d failed", self.rank, req.op.value, req.group.group_id, req.seq, exc_info=True)
             return functools.partial(future.set_exception, e)
-        return functools.partial(self._complete, future, req.outputs)
+        return functools.partial(self._complete, future, req.outputs, req.extra)
 
     # ------------------------------------------------------------------------------ one op
 

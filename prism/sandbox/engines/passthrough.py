@@ -226,7 +226,7 @@ class PassthroughEngine(CommEngine):
         future: torch.futures.Future = torch.futures.Future()
         stream = (req.group.group_id, req.op.value, req.peer) if req.op in (CommOp.SEND, CommOp.RECV) \
             else (req.group.group_id,)
-        self._completion.complete(stream, work.wait, future, value)
+        self._completion.complete(stream, work.wait, future, value, req.extra)
         return future
 
     def _start(self, pg, req: CommRequest) -> list:

@@ -275,9 +275,9 @@ class RecordedEngine(CommEngine):
             except Exception as e:  # noqa: BLE001 - handed to the script through its future
                 future.set_exception(e)
                 return
-            outputs = r.outputs
+            outputs, extra = r.outputs, r.extra
             del r
-            future.set_result(outputs)
+            complete_op(future, outputs, extra)
 
         with self._cv:
             heapq.heappush(self._heap, (deadline, next(self._seq), complete))
