@@ -203,6 +203,27 @@ def test_collectives_on_one_group_queue_on_its_lane_other_groups_run_beside() ->
     assert r0.step_times_ns == (200,)
 
 
+def test_an_async_collective_queued_behind_the_previous_one_is_not_counted_twice() -> None:
+    # DDP's bucket all-reduces: issued 10 ns apart, each 100 ns on the wire, one after another on
+    # the group. As recorded (issue to completion), the second took 190 and the third 280: they
+    # include the queueing that the group's lane adds again. Each is done 100 after the one before,
+    # as recorded; read as transfers of 190 and 280 they would end at 390 and 670.
+    rank = """
+        r{r} COLL all_reduce g0:0 async t=0+100
+        r{r} COMP d=10
+        r{r} COLL all_reduce g0:1 async t=10+190
+        r{r} COMP d=10
+        r{r} COLL all_reduce g0:2 async t=20+280
+        r{r} COMP d=10
+        r{r} MARK step_end
+        """
+    g = parse_graph("group 0 ranks=0,1\n" + rank.format(r=0) + rank.format(r=1))
+    assert estimate_transfers(g).collective_ns == {("0", 0): 100, ("0", 1): 100, ("0", 2): 100}
+    r0 = simulate(g).ranks[0]
+    assert r0.end_ns[:5:2] == (100, 200, 300)
+    assert r0.step_times_ns == (300,)
+
+
 def test_unknown_durations_count_as_zero() -> None:
     g = parse_graph("group 0 ranks=0,1\nr0 COMP\nr0 COLL barrier g0:0\nr1 COMP d=7\nr1 COLL barrier g0:0\n")
     sim = simulate(g)
