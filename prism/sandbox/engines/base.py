@@ -17,20 +17,25 @@ import torch
 
 from prism.graph.records import CommOp
 
-__all__ = ["GroupHandle", "CommRequest", "CommEngine", "ENGINE_NAMES", "DONE_NS", "complete_op"]
+__all__ = ["GroupHandle", "CommRequest", "CommEngine", "ENGINE_NAMES", "DONE_NS", "complete_op", "stamp_done"]
 
 DONE_NS = "done_ns"
 """``CommRequest.extra`` key: ``time.perf_counter_ns()`` when the engine completed the op's future."""
 
 
-def complete_op(future: torch.futures.Future, value, extra: dict) -> None:
-    """Complete ``future`` with ``value``, stamping the moment in ``extra[DONE_NS]`` first. The
-    observer learns of the completion in a done-callback, which runs after ``set_result`` has woken
-    the script and needs the GIL: when the script runs Python right after waking (DDP's optimizer
-    step after the C++ wait on its bucket all-reduces), the callback runs up to that long later,
-    and an op's duration read there would include it (docs/emulate.md, "A completion stamped
+def stamp_done(extra: dict) -> None:
+    """Stamp now as the op's completion (``extra[DONE_NS]``), just before its future completes.
+    The observer learns of the completion in a done-callback, which runs after ``set_result`` has
+    woken the script and needs the GIL: when the script runs Python right after waking (DDP's
+    optimizer step after the C++ wait on its bucket all-reduces), the callback runs up to that long
+    later, and an op's duration read there would include it (docs/emulate.md, "A completion stamped
     late")."""
     extra[DONE_NS] = time.perf_counter_ns()
+
+
+def complete_op(future: torch.futures.Future, value, extra: dict) -> None:
+    """Complete ``future`` with ``value``, stamped first (:func:`stamp_done`)."""
+    stamp_done(extra)
     future.set_result(value)
 
 

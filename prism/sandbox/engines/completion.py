@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable
 
 import torch
 
-from .base import complete_op
+from .base import stamp_done
 
 __all__ = ["CompletionThreads"]
 
@@ -32,8 +32,8 @@ class CompletionThreads:
     def complete(self, stream: Hashable, wait: Callable[[], None], future: torch.futures.Future, value,
                  extra: dict) -> None:
         """Run ``wait()`` on the stream's thread after the stream's earlier ops, then complete
-        ``future`` with ``value`` (the moment stamped in the op's ``extra``, :func:`complete_op`),
-        or with the exception ``wait`` raised."""
+        ``future`` with ``value`` (the moment stamped in the op's ``extra`` first, which is dropped
+        before the future completes like the rest of the op), or with the exception ``wait`` raised."""
         self._queue(stream).put([wait, extra, value, future])
 
     def _queue(self, stream: Hashable) -> queue.SimpleQueue:
@@ -62,7 +62,9 @@ def _loop(q: queue.SimpleQueue) -> None:
         except BaseException as e:  # noqa: BLE001 - delivered to the script's wait
             future.set_exception(e)
         else:
-            complete_op(future, value, extra)
+            stamp_done(extra)
+            extra = None
+            future.set_result(value)
         item = future = value = extra = None
 
 
