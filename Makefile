@@ -21,6 +21,9 @@ demo: install
 
 lint: install
 	$(BIN)/lint-imports
+	@# Undefined names only (a NameError in an engine's thread hangs a rank until its timeout);
+	@# pyflakes' other findings include generated code and intended redefinitions.
+	! $(BIN)/python -m pyflakes prism bench tests | grep -E "undefined name|unable to detect undefined names"
 
 protos: install
 	$(BIN)/python scripts/gen_protos.py

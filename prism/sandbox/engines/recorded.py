@@ -42,7 +42,7 @@ from prism.graph.records import CommOp, Graph, Node, NodeKind
 
 from ..memtrack import untracked
 from ..recorder import dtype_short
-from .base import CommEngine, CommRequest
+from .base import CommEngine, CommRequest, complete_op
 from .fake import _fill
 
 __all__ = ["ReplayOptions", "ReplayIndex", "RecordedEngine", "ReplayValueError", "record_payload_dir",
