@@ -45,6 +45,8 @@ __all__ = [
     "algo_for",
     "bits_equal",
     "matches_record",
+    "describe",
+    "recorded_on_another_path",
     "deviation",
     "add_deviation",
     "merge_deviations",
@@ -90,7 +92,19 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _describe(t: torch.Tensor) -> str:
-    return f"{str(t.dtype).removeprefix('torch.')}[{t.numel()}]"
+    return describe(t.dtype, t.numel())
+
+
+def describe(dtype: torch.dtype, numel: int) -> str:
+    """``float32[16384]``: how errors name a flat tensor's type and size."""
+    return f"{str(dtype).removeprefix('torch.')}[{numel}]"
+
+
+def recorded_on_another_path(what: str, script: str, recorded: str) -> str:
+    """The problem when an op's recorded input has another size or dtype than the script's
+    (``script``, ``recorded``: as :func:`describe` gives them)."""
+    return (f"{what}: the script's input is {script} but the recorded data has {recorded} for it (the run "
+            "that recorded it took another path: a checkpoint it resumed from, other arguments or data)")
 
 
 def matches_record(value: torch.Tensor, recorded: torch.Tensor) -> bool:

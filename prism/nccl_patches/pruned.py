@@ -28,7 +28,7 @@ from prism.core.errors import PrismError
 
 from .compensation import RecordedCollective
 from .parties import NeighborParty, Party, SandboxParty, recorded_geometry
-from .schedule import Algo, LinkTraffic, Step, neighbor_vranks, steps_touching
+from .schedule import Algo, LinkTraffic, Step, neighbor_vranks, steps_touching, vranks_touching
 from .transport import Transport
 
 __all__ = [
@@ -67,10 +67,13 @@ def pruned_steps(rec: RecordedCollective) -> list[Step]:
     return steps_touching(rec.algo, recorded_geometry(rec), rec.sandbox)
 
 
-def neighbor_ranks(rec: RecordedCollective, pruned: Sequence[Step] | None = None) -> set[int]:
+def neighbor_ranks(rec: RecordedCollective, pruned: Sequence[Step] | None = None) -> frozenset[int]:
     """The vranks that exchange messages with the sandbox ranks and need a live endpoint; every
-    other vrank of the group is pruned. ``pruned``: :func:`pruned_steps` of ``rec``, when known."""
-    return neighbor_vranks(pruned_steps(rec) if pruned is None else pruned, rec.sandbox)
+    other vrank of the group is pruned. ``pruned``: :func:`pruned_steps` of ``rec``, when known;
+    without it the set is kept per schedule and no steps are walked."""
+    if pruned is None:
+        return vranks_touching(rec.algo, recorded_geometry(rec), rec.sandbox)
+    return frozenset(neighbor_vranks(pruned, rec.sandbox))
 
 
 def _by_step(steps: Sequence[Step]) -> Iterable[tuple[int, list[Step]]]:

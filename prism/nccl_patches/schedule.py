@@ -48,6 +48,7 @@ __all__ = [
     "prune",
     "link_traffic",
     "neighbor_vranks",
+    "vranks_touching",
     "ring_blocks",
     "tree_parent",
     "tree_children",
@@ -319,6 +320,20 @@ def neighbor_vranks(steps: Iterable[Step], sandbox: Iterable[int]) -> set[int]:
     """Non-sandbox endpoints of the (pruned) steps: the vranks that need a live endpoint."""
     s = set(sandbox)
     return {r for st in steps for r in (st.src, st.dst) if r not in s}
+
+
+def vranks_touching(algo: Algo, g: Geometry, ranks: Iterable[int]) -> frozenset[int]:
+    """``neighbor_vranks(steps_touching(algo, g, ranks), ranks)``, kept per schedule like the
+    steps (walking a group of 512's pruned steps per op took 1.2 ms)."""
+    wanted = tuple(sorted(set(ranks)))
+    if g.block_numel is None:
+        return _vranks_touching_cached(algo, g, wanted)
+    return frozenset(neighbor_vranks(_steps_touching(algo, g, wanted), wanted))
+
+
+@functools.lru_cache(maxsize=4096)
+def _vranks_touching_cached(algo: Algo, g: Geometry, wanted: tuple[int, ...]) -> frozenset[int]:
+    return frozenset(neighbor_vranks(_steps_touching_cached(algo, g, wanted), wanted))
 
 
 def ring_blocks(n: int, sandbox: Iterable[int]) -> list[tuple[int, ...]]:

@@ -34,7 +34,13 @@ from prism.core.config import normalize_dtype
 from prism.core.errors import MismatchError
 from prism.graph.records import CommOp, Node
 from prism.nccl_patches import neighbor_ranks, pruned_steps
-from prism.nccl_patches.compensation import RecordedCollective, bits_equal, matches_record
+from prism.nccl_patches.compensation import (
+    RecordedCollective,
+    bits_equal,
+    describe,
+    matches_record,
+    recorded_on_another_path,
+)
 from prism.nccl_patches.ipc_lane import IpcLane, same_gpu
 from prism.nccl_patches.parties import NeighborParty, SandboxParty
 from prism.nccl_patches.pruned import run_in_process
@@ -171,8 +177,7 @@ class DeviceServer:
             pg = self._pg(ch, ch.src)
             self._clock.wait_until_issue(ch.dst, node)  # an NCCL send completes once it is received
             works = []
-            for rec in recs:
-                m = rec.outputs.get(rec.peer, rec.inputs.get(rec.root))
+            for m in messages:
                 buf = torch.empty(m.numel(), dtype=m.dtype, device=self.device)
                 works.append(pg.recv([buf], _SANDBOX_END, 0))
                 self.traffic_bytes += buf.numel() * buf.element_size()
@@ -229,8 +234,7 @@ class DeviceServer:
         outputs: dict[tuple[int, int], torch.Tensor] = {}
         vranks: set[int] = set()
         for i, rec in enumerate(recs):
-            pruned = pruned_steps(rec)
-            hosted = neighbor_ranks(rec, pruned)
+            hosted = neighbor_ranks(rec)
             vranks |= {ch.members[v] for v in hosted}
             recorded = _recorded_outputs(rec, op, sb, root, {g: received.get((i, g)) for g in sb})
             if recorded is not None:
@@ -256,7 +260,7 @@ class DeviceServer:
                             {"key": f"{ch.group_id}/{node.seq}", "op": op.value})
                 parties.append(party)
             if hosted:
-                parties.append(NeighborParty(rec, hosted, pruned))
+                parties.append(NeighborParty(rec, hosted, pruned_steps(rec)))
             run_in_process(parties)
             for g, party in zip(sb, parties, strict=False):
                 out = party.output()
@@ -306,13 +310,10 @@ def _check_recorded_size(ch: Channel, node: Node, recorded: list[tuple[torch.dty
     if recorded_bytes == node.size_bytes:
         return
     numel = sum(math.prod(s) for s in node.shapes)
-    graph = f"{normalize_dtype(node.dtype) or node.dtype}[{numel}]"
-    data = " + ".join(f"{str(dtype).removeprefix('torch.')}[{numel}]" for dtype, numel in recorded)
-    where = f"{node.op.value} on group {ch.group_id} seq {node.seq}" if node.op else f"op seq {node.seq} on group {ch.group_id}"
-    raise MismatchError(
-        f"{where}: rank {node.rank}'s input is {graph} but the recorded data has {data} for it (the run "
-        "that recorded it took another path: a checkpoint it resumed from, other arguments or data); "
-        "its virtual peers cannot replay this op")
+    script = f"{normalize_dtype(node.dtype) or node.dtype}[{numel}]"
+    data = " + ".join(describe(dtype, n) for dtype, n in recorded)
+    what = f"rank {node.rank}: {node.op.value} on group {ch.group_id} seq {node.seq}"
+    raise MismatchError(f"{recorded_on_another_path(what, script, data)}; its virtual peers cannot replay this op")
 
 
 def _recorded_outputs(rec: RecordedCollective, op: CommOp, sb: list[int], root: int,

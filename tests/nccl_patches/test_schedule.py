@@ -18,6 +18,7 @@ from prism.nccl_patches.schedule import (
     ring_blocks,
     steps_touching,
     tree_fold_order,
+    vranks_touching,
 )
 from tests.nccl_patches.cases import sandbox_subsets
 
@@ -137,3 +138,16 @@ def test_pruned_schedule_is_the_full_schedule_restricted_to_sandbox_links(case):
 def test_a_rank_outside_the_group_is_named():
     with pytest.raises(ValueError, match="group rank 9 is outside a group of 4"):
         steps_touching(Algo.RING_ALL_REDUCE, Geometry(4, numel=8), [9])
+
+
+@pytest.mark.parametrize("algo", [Algo.RING_ALL_REDUCE, Algo.RING_ALL_GATHER, Algo.RING_REDUCE_SCATTER,
+                                  Algo.TREE_ALL_REDUCE, Algo.CHAIN_BROADCAST, Algo.DIRECT_ALL_TO_ALL])
+@pytest.mark.parametrize("numel", [3, 64])
+def test_the_kept_neighbor_set_is_the_one_the_pruned_steps_give(algo, numel):
+    # numel 3 < n: some chunks are empty, their steps absent, and so may be some neighbors.
+    block = (lambda src, dst: (src + dst) % 3) if algo is Algo.DIRECT_ALL_TO_ALL else None
+    g = Geometry(8, numel=numel, root=1, block_numel=block)
+    for sandbox in ([2, 5], [0], [3, 4, 5]):
+        want = neighbor_vranks(steps_touching(algo, g, sandbox), sandbox)
+        assert vranks_touching(algo, g, sandbox) == want
+        assert vranks_touching(algo, g, sandbox) == want  # the second answer comes from the cache

@@ -52,7 +52,7 @@ from prism.core.errors import MismatchError, PrismError
 from prism.core.layout import DEVICE_DATA_PATHS
 from prism.graph.records import CommOp
 from prism.nccl_patches import run_sandbox_side
-from prism.nccl_patches.compensation import bits_equal, matches_record
+from prism.nccl_patches.compensation import bits_equal, describe, matches_record, recorded_on_another_path
 from prism.nccl_patches.parties import SandboxParty
 from prism.nccl_patches.recorded_store import RecordedStore, collective_key, p2p_key, write_capture
 from prism.nccl_patches.vplan import (
@@ -447,9 +447,8 @@ class LiveEngine(CommEngine):
         took another path (a checkpoint it resumed from, other arguments or data). With every member
         of the group real the op runs without the record, as a divergence; virtual members would
         replay values of the wrong size, so the emulation stops, naming the op."""
-        problem = (f"{what}: the script's input is {_describe(data)} but the recorded data has {_describe(recorded)} "
-                   "for it (the run that recorded it took another path: a checkpoint it resumed from, other "
-                   "arguments or data)")
+        problem = recorded_on_another_path(what, describe(data.dtype, data.numel()),
+                                           describe(recorded.dtype, recorded.numel()))
         if any(r not in self.sandbox for r in group.ranks):
             raise MismatchError(f"{problem}; its virtual peers cannot replay this op")
         log.warning("%s; every member of the group runs for real: the op runs without the record (diverged)", problem)
@@ -528,10 +527,6 @@ class LiveEngine(CommEngine):
 
 def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
     dst.copy_(src.reshape(dst.shape))
-
-
-def _describe(t: torch.Tensor) -> str:
-    return f"{str(t.dtype).removeprefix('torch.')}[{t.numel()}]"
 
 
 def _write_outputs(req: CommRequest, outs: list[torch.Tensor | None], me: int, root: int) -> None:
