@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 
 from prism.graph import parse_graph, write_graph
@@ -67,5 +68,33 @@ def test_values_are_restored_into_the_scripts_tensor(tmp_path):
         mine = torch.zeros(256)
         assert engine.submit(_all_reduce(mine)).wait()[0] is mine
         assert torch.equal(mine, recorded)
+    finally:
+        engine.shutdown()
+
+
+def test_a_failure_while_completing_an_op_reaches_the_script_and_later_ops_still_complete(tmp_path, monkeypatch):
+    # Session 14's slip: a NameError inside the completion killed the timer thread, and every rank
+    # waited until its timeout. The failure now goes to that op's future; the thread goes on.
+    import prism.sandbox.engines.recorded as recorded
+
+    real_complete_op = recorded.complete_op
+    calls = []
+
+    def failing_once(future, value, extra):
+        calls.append(1)
+        if len(calls) == 1:
+            raise NameError("name 'something' is not defined")
+        real_complete_op(future, value, extra)
+
+    monkeypatch.setattr(recorded, "complete_op", failing_once)
+    engine = _engine(tmp_path, timing="none")
+    try:
+        first = engine.submit(_all_reduce(torch.ones(256)))
+        t0 = time.perf_counter()
+        with pytest.raises(NameError, match="something"):
+            first.wait()
+        assert time.perf_counter() - t0 < 5, "the failure is reported at once, not at a timeout"
+        t = torch.ones(256)
+        assert engine.submit(_all_reduce(t)).wait()[0] is t, "the timer thread survived the failure"
     finally:
         engine.shutdown()

@@ -272,12 +272,13 @@ class RecordedEngine(CommEngine):
                         self._restore(r, record)
                     else:
                         _fill(r)
+                outputs, extra = r.outputs, r.extra
+                del r
+                complete_op(future, outputs, extra)
             except Exception as e:  # noqa: BLE001 - handed to the script through its future
+                if future.done():
+                    raise
                 future.set_exception(e)
-                return
-            outputs, extra = r.outputs, r.extra
-            del r
-            complete_op(future, outputs, extra)
 
         with self._cv:
             heapq.heappush(self._heap, (deadline, next(self._seq), complete))
@@ -303,7 +304,11 @@ class RecordedEngine(CommEngine):
             if now - planned < _MAX_SLACK_NS:  # a wake-up, not a backlog of overdue ops
                 self._slack_ns += (max(0, now - planned) - self._slack_ns) // 8
             self.late_ns.append(now - deadline)
-            complete()
+            try:
+                complete()
+            except Exception:  # noqa: BLE001 - one op's failure must not stop the others' completions
+                log.exception("rank %d replay: completing an op failed after its future was set",
+                              self.options.rank)
             del complete
 
     def shutdown(self) -> None:
