@@ -83,15 +83,19 @@ SIZES = ("long", "default")
 log = logging.getLogger("bench")
 
 
-def example_job(name: str, size: str, world: int | None = None):
+def example_job(name: str, size: str, world: int | None = None, warmup: int | None = None):
     """The example's job with its own warm-up steps (its job file's ``iterations.warmup``: 1, and 2
-    for pp-noopt, whose real run settles only then) + 5 measured + 1 cool-down, untracked memory,
-    at ``size``; ``world``: another world size than the job file's (one node)."""
+    for pp-noopt, whose real run settles only then; ``warmup`` overrides it) + 5 measured + 1
+    cool-down, untracked memory, at ``size``; ``world``: another world size than the job file's
+    (one node)."""
     path, long_args = EXAMPLES[name][:2]
     job = load_job(ROOT / path)
     args = list(job.args)
     i = args.index("--steps")
-    warmup = job.iterations.warmup
+    if warmup is None:
+        warmup = job.iterations.warmup
+    elif warmup < 1:
+        raise ValueError(f"{name}: --warmup-steps {warmup}: at least one warm-up step (start-up is not a step)")
     args[i + 1] = str(warmup + MEASURED + COOLDOWN)
     if size == "long":
         args += long_args  # argparse: the last value of a repeated option wins
@@ -142,7 +146,7 @@ def example_ranks(name: str) -> tuple[int, ...]:
 
 def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | None, repeats: int, real_repeats: int,
                 slice_size: int, calibration_repeats: int, timeout_s: float, order: str = "alternate",
-                device_path: str = "auto", world: int | None = None) -> list[dict]:
+                device_path: str = "auto", world: int | None = None, warmup: int | None = None) -> list[dict]:
     """``order``: ``phases`` runs every real run, then the calibration, then every emulation;
     ``alternate`` records the first real run (the structure the calibration uses), calibrates, then
     alternates emulation i with real run i + 1, so a drift of the host's speed meets both sides
@@ -150,8 +154,10 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
     the data path of the calibration's slices and the emulations (on CPU: host or lanes); several,
     comma-separated, are measured one after the other on the same job against the same real runs
     (calibration and emulations per path; with ``alternate``, ``real_repeats`` real runs per path,
-    each beside an emulation of that path). One result per path."""
-    job = example_job(name, size, world)
+    each beside an emulation of that path). One result per path. ``warmup``: warm-up steps instead
+    of the job file's (docs/emulate.md: a real run's first step after one warm-up step still holds
+    the ranks' start-up skew)."""
+    job = example_job(name, size, world, warmup)
     ranks = ranks or example_ranks(name)
     if outside := [r for r in ranks if not 0 <= r < job.world_size]:
         raise ValueError(f"{name}: sandbox ranks {outside} are outside its world of {job.world_size} (--ranks)")

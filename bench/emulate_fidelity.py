@@ -317,6 +317,9 @@ def main() -> None:
                         "several, comma-separated (host,lanes), are measured one after the other on each job "
                         "against the same real runs, one result per path")
     p.add_argument("--world", type=int, default=None, help="with --examples: another world size than the job files'")
+    p.add_argument("--warmup-steps", type=int, default=None,
+                   help="with --examples: warm-up steps before the 5 measured ones (default: the job file's, 1; "
+                        "pp-noopt 2)")
     p.add_argument("--order", choices=["alternate", "phases"], default="alternate",
                    help="with --examples: alternate emulation i with real run i+1 after the calibration "
                         "(default; a drifting host meets both sides), or every real run, the calibration, "
@@ -365,7 +368,7 @@ def _examples(ns, ranks) -> None:
                           parallel=ns.parallel, keep=bool(ns.keep),
                           ranks=ranks, repeats=ns.repeats, real_repeats=ns.real_repeats,
                           slice_size=ns.slice_size, calibration_repeats=ns.calibration_repeats, timeout_s=ns.timeout,
-                          order=ns.order, device_path=ns.device_path, world=ns.world)
+                          order=ns.order, device_path=ns.device_path, world=ns.world, warmup=ns.warmup_steps)
     print(f"{out}: {sum('ranks' in j for j in summary['jobs'])} of {len(summary['jobs'])} jobs measured; "
           f"long-step targets {'met' if summary.get('met_long') else 'NOT met'}", flush=True)
 
