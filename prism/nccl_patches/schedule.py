@@ -56,6 +56,7 @@ __all__ = [
     "tree_depth",
     "tree_fold_order",
     "chunk_numels",
+    "critical_path",
 ]
 
 
@@ -299,6 +300,31 @@ def _steps_of(algo: Algo, g: Geometry, r: int) -> Iterable[Step]:
         yield from _tree_steps_of(g, r)
     else:  # pragma: no cover - exhaustive
         raise AssertionError(algo)
+
+
+def critical_path(algo: Algo, g: Geometry, rank: int) -> tuple[int, ...]:
+    """The elements of each step of the whole-group algorithm, one entry per step ``t`` (in order),
+    each the largest message of that step: the lock-stepped chain a collective's transfer takes once
+    its last member has arrived. For all-to-all only the blocks of group rank ``rank`` are known (a
+    sandbox side's row and column), so its rounds count those; the other algorithms do not depend
+    on ``rank``. O(n) at most, never the O(n²) schedule."""
+    n = g.n
+    if n <= 1 or algo is Algo.P2P:
+        return ()
+    if algo in (Algo.RING_ALL_REDUCE, Algo.RING_REDUCE_SCATTER):
+        largest = max(chunk_numels(g.numel, n))  # every step moves one chunk per rank
+        steps = 2 * (n - 1) if algo is Algo.RING_ALL_REDUCE else n - 1
+        return (largest,) * steps if largest > 0 else ()
+    if algo in (Algo.RING_ALL_GATHER, Algo.CHAIN_BROADCAST):
+        return (g.numel,) * (n - 1) if g.numel > 0 else ()
+    if algo is Algo.TREE_ALL_REDUCE:
+        top = tree_height(0, n)
+        ts = {tree_height(c, n) for c in range(1, n)} | {top + tree_depth(c) - 1 for c in range(1, n)}
+        return (g.numel,) * len(ts) if g.numel > 0 else ()
+    if algo is Algo.DIRECT_ALL_TO_ALL:
+        rounds = (max(_numel_a2a(g, rank, (rank + k) % n), _numel_a2a(g, (rank - k) % n, rank)) for k in range(1, n))
+        return tuple(m for m in rounds if m > 0)
+    raise AssertionError(algo)  # pragma: no cover - exhaustive
 
 
 def prune(steps: Iterable[Step], sandbox: Iterable[int]) -> list[Step]:

@@ -42,9 +42,10 @@ from prism.nccl_patches.compensation import (
     recorded_on_another_path,
 )
 from prism.nccl_patches.ipc_lane import IpcLane, same_gpu
-from prism.nccl_patches.parties import NeighborParty, SandboxParty
+from prism.nccl_patches.linkmodel import LinkModel, probe_time
+from prism.nccl_patches.parties import NeighborParty, SandboxParty, recorded_geometry
 from prism.nccl_patches.pruned import run_in_process
-from prism.nccl_patches.schedule import Algo
+from prism.nccl_patches.schedule import Algo, critical_path
 from prism.nccl_patches.vplan import Lane, receives_output, sends_input
 
 from .clock import AsapClock
@@ -55,6 +56,8 @@ __all__ = ["DeviceServer", "to_device"]
 log = logging.getLogger(__name__)
 
 _SANDBOX_END = 0
+_WAITED_S = 100e-6
+"""A clock wait longer than this held the vranks past the sandbox's arrival (not a mere call)."""
 
 
 def to_device(rec: RecordedCollective, device: torch.device) -> RecordedCollective:
@@ -82,12 +85,16 @@ class DeviceServer:
         self._records = records
         """(channel, node) -> the op's records (per part), on the host."""
         self._pgs: dict[Lane, dist.ProcessGroup | IpcLane] = {}
+        self.links: dict[Lane, LinkModel] = {}
+        """CPU lanes: each lane's latency and bandwidth, measured when it opened (the transfer hold)."""
         self._on_device: dict[tuple, list[RecordedCollective]] = {}
         self._lock = threading.Lock()
         self.diverged: dict[int, list[dict]] = {}
         self.num_ops = 0
         self.num_recorded_outputs = 0
         """Parts of collectives answered with the recorded outputs, the ring not run (every input as recorded)."""
+        self.num_transfer_holds = 0
+        """CPU lanes: collectives whose outputs were held for the group's transfer (``_transfer_hold_s``)."""
         self.traffic_bytes = 0
         self.phase_s: dict[str, float] = {}
         """CPU seconds per phase of serving (records, recv, compute, clock, send, sync)."""
@@ -116,8 +123,11 @@ class DeviceServer:
                 pg.recv([probe], _SANDBOX_END, 0).wait()
                 pg.send([probe], _SANDBOX_END, 0).wait()
                 self._sync()
+                link = None if self._cuda else probe_time(pg, _SANDBOX_END, self.device)
                 with self._lock:
                     self._pgs[lane] = pg
+                    if link is not None:
+                        self.links[lane] = link
             except BaseException as e:  # noqa: BLE001 - re-raised below
                 errors.append(e)
 
@@ -230,7 +240,7 @@ class DeviceServer:
                 received[(i, g)] = buf
         for w in works:
             w.wait()
-        t = self._took("recv", t)
+        t = arrived = self._took("recv", t)
         outputs: dict[tuple[int, int], torch.Tensor] = {}
         vranks: set[int] = set()
         for i, rec in enumerate(recs):
@@ -266,10 +276,20 @@ class DeviceServer:
                 out = party.output()
                 if out is not None:
                     outputs[(i, g)] = out
-        t = self._took("compute", t)
+        t = computed = self._took("compute", t)
         for v in sorted(vranks):
             self._clock.wait_until_issue(v, node)
         t = self._took("clock", t)
+        hold_s = self._transfer_hold_s(ch, recs, sb, root, received, outputs)
+        if hold_s > 0:
+            # The transfer starts at the last arrival: the sandbox's input, or the vranks' issue
+            # when the clock held them past it; the replayer's own work in between is inside it.
+            start = t if t - computed > _WAITED_S else arrived
+            if (left := start + hold_s - time.perf_counter()) > 0:
+                time.sleep(left)
+            t = self._took("hold", t)
+            with self._lock:
+                self.num_transfer_holds += 1
         works = []
         for g in sb:
             if not receives_output(op, g, root):
@@ -287,6 +307,27 @@ class DeviceServer:
         self._took("sync", t)
         for v in sorted(vranks):
             self._clock.on_complete(v, node)
+
+    def _transfer_hold_s(self, ch: Channel, recs: list[RecordedCollective], sb: list[int], root: int,
+                         received: dict[tuple[int, int], torch.Tensor],
+                         outputs: dict[tuple[int, int], torch.Tensor]) -> float:
+        """CPU lanes: the whole group's transfer after the last arrival (the algorithm's
+        lock-stepped steps over a link like this lane) less the lane's own two messages, which the
+        op takes anyway (linkmodel.py). 0 on GPU lanes (not measured there yet) and without vranks."""
+        if self._cuda or not sb:
+            return 0.0
+        link = self.links.get(Lane(ch.group_id, ch.members[sb[0]], ch.src, ch.dst))
+        if link is None:
+            return 0.0
+        g = sb[0]
+        total_ns = 0.0
+        for i, rec in enumerate(recs):
+            itemsize = _dtype(rec).itemsize
+            total_ns += link.path_ns(critical_path(rec.algo, recorded_geometry(rec), g), itemsize)
+            for t in (received.get((i, g)), outputs.get((i, g))):
+                if t is not None:
+                    total_ns -= link.message_ns(t.numel() * t.element_size())
+        return max(0.0, total_ns / 1e9)
 
     def close(self) -> None:
         if self._cuda:

@@ -154,6 +154,8 @@ class ReplayerResult:
     first_op_done_s: float | None
     num_recorded_outputs: int = 0
     """Delegated paths: collective parts answered with the recorded outputs (the ring not run)."""
+    num_transfer_holds: int = 0
+    """CPU lanes: collectives whose outputs the replayer held for the group's transfer time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,6 +422,7 @@ def _collect_results(out: Path, world_size: int, ranks, num_replayers: int, laun
             num_steps=d["num_steps"], traffic_bytes=d["traffic_bytes"], peak_rss_bytes=d["peak_rss_bytes"],
             first_op_done_s=_since(d["first_op_done_unix_s"], launched),
             num_recorded_outputs=d.get("num_recorded_outputs", 0),
+            num_transfer_holds=d.get("num_transfer_holds", 0),
         ))
     return EmulateResult(world_size, per_rank, tuple(reps), wall, out, kind)
 

@@ -322,6 +322,9 @@ class Replayer:
             "diverged_ops": {str(r): v for r, v in device.diverged.items()} if device is not None else {},
             "phase_s": {k: round(v, 4) for k, v in device.phase_s.items()} if device is not None else {},
             "num_recorded_outputs": device.num_recorded_outputs if device is not None else 0,
+            "num_transfer_holds": device.num_transfer_holds if device is not None else 0,
+            "links": ({lane.prefix: {"latency_us": round(m.latency_ns / 1e3, 2), "ns_per_byte": round(m.ns_per_byte, 4)}
+                       for lane, m in device.links.items()} if device is not None else {}),
             "num_channels": len(self.channels),
             "num_transports": len(self._transports),
             "num_connections": sum(t.pg.size() - 1 for t in self._transports.values()),

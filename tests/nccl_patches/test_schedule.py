@@ -11,6 +11,7 @@ from prism.nccl_patches.schedule import (
     LinkTraffic,
     Phase,
     chunk_numels,
+    critical_path,
     full_schedule,
     link_traffic,
     neighbor_vranks,
@@ -151,3 +152,27 @@ def test_the_kept_neighbor_set_is_the_one_the_pruned_steps_give(algo, numel):
         want = neighbor_vranks(steps_touching(algo, g, sandbox), sandbox)
         assert vranks_touching(algo, g, sandbox) == want
         assert vranks_touching(algo, g, sandbox) == want  # the second answer comes from the cache
+
+
+@pytest.mark.parametrize("algo", [Algo.RING_ALL_REDUCE, Algo.RING_REDUCE_SCATTER, Algo.RING_ALL_GATHER,
+                                  Algo.CHAIN_BROADCAST, Algo.TREE_ALL_REDUCE])
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 9])
+@pytest.mark.parametrize("numel", [0, 3, 17, 64])
+def test_the_critical_path_has_one_entry_per_step_of_the_full_schedule_its_largest_message(algo, n, numel):
+    g = Geometry(n, numel, root=n // 2)
+    by_t: dict[int, int] = {}
+    for s in full_schedule(algo, g):
+        by_t[s.t] = max(by_t.get(s.t, 0), s.numel)
+    want = tuple(by_t[t] for t in sorted(by_t))
+    for rank in range(n):
+        assert critical_path(algo, g, rank) == want, (algo, n, numel, rank)
+
+
+def test_the_critical_path_of_an_all_to_all_takes_the_ranks_own_row_and_column_per_round():
+    blocks = [[0, 1, 2, 3], [4, 0, 6, 0], [8, 9, 0, 11], [12, 0, 14, 0]]  # blocks[src][dst]
+    g = Geometry(4, block_numel=lambda src, dst: blocks[src][dst])
+    # round k: rank r sends to r+k and receives from r-k; a round with neither message is no step
+    assert critical_path(Algo.DIRECT_ALL_TO_ALL, g, 1) == (max(6, 1), max(4, 9))  # round 2: 0 and 0
+    assert critical_path(Algo.DIRECT_ALL_TO_ALL, g, 3) == (max(12, 11), max(14, 3))
+    assert critical_path(Algo.DIRECT_ALL_TO_ALL, g, 0) == (max(1, 12), max(2, 8), max(3, 4))
+    assert critical_path(Algo.P2P, Geometry(2, 5, root=0, peer=1), 0) == ()

@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from prism.core.errors import PrismError
 from prism.graph.records import CommOp
+from prism.nccl_patches.linkmodel import probe_time
 from prism.nccl_patches.vplan import Lane
 from prism.sandbox.engines.base import CommRequest, GroupHandle
 from prism.sandbox.engines.device_path import DeviceLanes
@@ -34,18 +35,20 @@ def _lanes_and_replayer(timeout_s: float):
                         timeout_s=timeout_s)
     peer: dict = {}
 
-    def replayer_end() -> None:  # joins the lane and answers the warm-up, as the replayer does
+    def replayer_end() -> None:  # joins the lane, answers the warm-up and times the link, as the replayer does
         pg = dist.ProcessGroupGloo(dist.PrefixStore(lane.prefix + "/", client()), 1, 2,
                                    datetime.timedelta(seconds=30))
         probe = torch.zeros(1)
         pg.recv([probe], 0, 0).wait()
         pg.send([probe], 0, 0).wait()
+        peer["link"] = probe_time(pg, 0, torch.device("cpu"))
         peer["pg"] = pg
 
     t = threading.Thread(target=replayer_end)
     t.start()
     lanes.open_group("g")
     t.join(timeout=30)
+    assert peer["link"].latency_ns > 0, "the replayer timed the link through the rank's echo"
     return store, lanes, peer["pg"]
 
 

@@ -46,6 +46,9 @@ def test_delegated_lanes_reproduce_the_collected_values_bitwise(tmp_path):
     # Every input was the recorded one: the replayer answered collectives with the recorded
     # outputs instead of running the ring, and the losses above are still bitwise.
     assert result.replayers[0].num_recorded_outputs > 0
+    # Every group of hybrid (dp, tp, pp) has two members: a ring of two is no longer than the
+    # lane's own round trip, so no output was held for the group's transfer (tests/vrank/test_transfer_hold.py).
+    assert result.replayers[0].num_transfer_holds == 0
 
 
 @pytest.mark.timeout(900)

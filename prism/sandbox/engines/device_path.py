@@ -35,6 +35,7 @@ import torch.distributed as dist
 from prism.core.errors import PrismError
 from prism.graph.records import CommOp
 from prism.nccl_patches.ipc_lane import IpcLane, same_gpu
+from prism.nccl_patches.linkmodel import probe_echo
 from prism.nccl_patches.vplan import Lane, op_parts, receives_output, sends_input
 
 from ..memtrack import untracked
@@ -125,6 +126,7 @@ class DeviceLanes:
             with untracked():
                 pg.send([probe], _REPLAYER_END, 0).wait()
                 pg.recv([probe], _REPLAYER_END, 0).wait()
+                probe_echo(pg, _REPLAYER_END, self.device)  # the replayer times the link
             return _OpenLane(lane, pg, self.device)
         with torch.cuda.device(self.device):
             if same_gpu(store, 0, self.device):  # the replayer shares this GPU: NCCL would refuse
