@@ -12,7 +12,6 @@ replayer (which times it) and the sandbox rank (which echoes).
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,12 +43,13 @@ class LinkModel:
 
     @staticmethod
     def fit(small_rtt_ns: Sequence[float], large_rtt_ns: Sequence[float], large_bytes: int) -> LinkModel:
-        """From round trips of a one-element message and of ``large_bytes`` (medians: one slow
-        wake-up is not the link)."""
+        """From round trips of a one-element message and of ``large_bytes``: the fastest of each.
+        A lane opens while the job starts (imports, W processes connecting); a probe that meets
+        that load measures the load, not the link."""
         if not small_rtt_ns or not large_rtt_ns or large_bytes <= 0:
             raise ValueError("a link model needs round trips of both sizes")
-        latency = statistics.median(small_rtt_ns) / 2
-        per_byte = max(0.0, (statistics.median(large_rtt_ns) / 2 - latency) / large_bytes)
+        latency = min(small_rtt_ns) / 2
+        per_byte = max(0.0, (min(large_rtt_ns) / 2 - latency) / large_bytes)
         return LinkModel(latency, per_byte)
 
 

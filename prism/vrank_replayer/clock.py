@@ -54,6 +54,7 @@ from typing import Protocol
 
 from prism.core.errors import GraphError
 from prism.graph.livesim import LiveSim, op_key
+from prism.graph.simulate import estimate_transfers
 from prism.graph.records import Graph, Node, NodeKind
 
 __all__ = ["Clock", "AsapClock", "CoSimClock", "TimedClock", "VrankOp", "VrankSchedule", "op_key"]
@@ -76,6 +77,9 @@ class Clock(Protocol):
         """The replayer finished the collective ``node``: every vrank's part in it is over (played,
         or pruned)."""
 
+    def transfer_ns(self, node: Node) -> int | None:
+        """The collective instance's transfer time in the timed graph (None: no timed graph)."""
+
 
 class AsapClock:
     """Bare-graph replay (calibration slices, value-only emulation): a vrank issues its next op
@@ -88,6 +92,9 @@ class AsapClock:
         return None
 
     def collective_done(self, node: Node) -> None:
+        return None
+
+    def transfer_ns(self, node: Node) -> int | None:
         return None
 
 
@@ -190,6 +197,7 @@ class TimedClock:
         served = frozenset(served) if served is not None else None
         self.schedules = {v: VrankSchedule.from_nodes(v, timed.nodes[v], sandbox, served, collectives_told)
                           for v in wanted}
+        self._transfers = estimate_transfers(timed).collective_ns
         self.timeout_s = timeout_s
         self._measured_start_ns = {v: _measured_start_ns(timed.nodes[v], warmup_steps) for v in wanted}
         """Predicted start of each vrank's first measured step (the end of its last warm-up step)."""
@@ -291,6 +299,9 @@ class TimedClock:
             for cond in self._conds.values():
                 cond.notify_all()
 
+    def transfer_ns(self, node: Node) -> int | None:
+        return self._transfers.get((node.group_id, node.seq))
+
     # ------------------------------------------------------------------------------ real time
 
     def wait_until_issue(self, vrank: int, node: Node) -> None:
@@ -342,6 +353,7 @@ class CoSimClock:
     def __init__(self, timed: Graph, sandbox: Iterable[int], *, served: Iterable[OpKey] | None = None,
                  timeout_s: float = 600.0) -> None:
         self.sim = LiveSim(timed, sandbox, served=served)
+        self._transfers = estimate_transfers(timed).collective_ns  # every member's, the sandbox's too
         self.timeout_s = timeout_s
         self._cond = threading.Condition()
         self.events: list[tuple[int, int, str, int]] = []
@@ -397,6 +409,9 @@ class CoSimClock:
     def collective_done(self, node: Node) -> None:
         """Pruned vranks of a collective: the simulation already completes them without the replayer."""
         return None
+
+    def transfer_ns(self, node: Node) -> int | None:
+        return self._transfers.get((node.group_id, node.seq))
 
     def simulated(self) -> dict[str, list[tuple[int, int, int]]]:
         """Per vrank, ``(node index, reached, done)`` on the real clock of every node the

@@ -280,7 +280,7 @@ class DeviceServer:
         for v in sorted(vranks):
             self._clock.wait_until_issue(v, node)
         t = self._took("clock", t)
-        hold_s = self._transfer_hold_s(ch, recs, sb, root, received, outputs)
+        hold_s = self._transfer_hold_s(ch, node, recs, sb, received, outputs)
         if hold_s > 0:
             # The transfer starts at the last arrival: the sandbox's input, or the vranks' issue
             # when the clock held them past it; the replayer's own work in between is inside it.
@@ -308,26 +308,28 @@ class DeviceServer:
         for v in sorted(vranks):
             self._clock.on_complete(v, node)
 
-    def _transfer_hold_s(self, ch: Channel, recs: list[RecordedCollective], sb: list[int], root: int,
+    def _transfer_hold_s(self, ch: Channel, node: Node, recs: list[RecordedCollective], sb: list[int],
                          received: dict[tuple[int, int], torch.Tensor],
                          outputs: dict[tuple[int, int], torch.Tensor]) -> float:
-        """CPU lanes: the whole group's transfer after the last arrival (the algorithm's
-        lock-stepped steps over a link like this lane) less the lane's own two messages, which the
-        op takes anyway (linkmodel.py). 0 on GPU lanes (not measured there yet) and without vranks."""
+        """CPU lanes: how long the outputs wait after the last arrival — the instance's transfer
+        less the lane's own two messages, which the op takes anyway. The transfer is the timed
+        graph's (an emulation follows its calibration) or, without one (a calibration slice), the
+        whole-group algorithm's lock-stepped steps over a link like this lane (linkmodel.py).
+        0 on GPU lanes (not measured there yet) and without a measured link."""
         if self._cuda or not sb:
             return 0.0
         link = self.links.get(Lane(ch.group_id, ch.members[sb[0]], ch.src, ch.dst))
         if link is None:
             return 0.0
         g = sb[0]
-        total_ns = 0.0
-        for i, rec in enumerate(recs):
-            itemsize = _dtype(rec).itemsize
-            total_ns += link.path_ns(critical_path(rec.algo, recorded_geometry(rec), g), itemsize)
-            for t in (received.get((i, g)), outputs.get((i, g))):
-                if t is not None:
-                    total_ns -= link.message_ns(t.numel() * t.element_size())
-        return max(0.0, total_ns / 1e9)
+        lane_ns = sum(link.message_ns(t.numel() * t.element_size())
+                      for i in range(len(recs)) for t in (received.get((i, g)), outputs.get((i, g))) if t is not None)
+        timed = self._clock.transfer_ns(node)
+        if timed is not None and timed >= 0:
+            return max(0.0, (timed - lane_ns) / 1e9)
+        ring_ns = sum(link.path_ns(critical_path(rec.algo, recorded_geometry(rec), g), _dtype(rec).itemsize)
+                      for rec in recs)
+        return max(0.0, (ring_ns - lane_ns) / 1e9)
 
     def close(self) -> None:
         if self._cuda:

@@ -9,29 +9,31 @@ from prism.graph.records import CommOp, Node, NodeKind
 from prism.nccl_patches import Algo, record_for_sandbox
 from prism.nccl_patches.linkmodel import LinkModel
 from prism.nccl_patches.vplan import Lane
-from prism.vrank_replayer.clock import AsapClock
+from prism.graph import parse_graph
+from prism.vrank_replayer.clock import AsapClock, CoSimClock, TimedClock
 from prism.vrank_replayer.device_serve import DeviceServer
 from prism.vrank_replayer.plan import Channel
 
 LINK = LinkModel(latency_ns=50_000, ns_per_byte=1.0)
 
 
-def _server(sandbox: frozenset[int]) -> DeviceServer:
+def _server(sandbox: frozenset[int], clock=None) -> DeviceServer:
     return DeviceServer(index=0, device_index=-1, lanes=[], sandbox=sandbox, store_factory=None,
-                        timeout_s=10, clock=AsapClock(), records=None)
+                        timeout_s=10, clock=clock or AsapClock(), records=None)
 
 
-def _hold_ns(algo: Algo, n: int, numel: int, sandbox_rank: int, **kw) -> float:
-    members = tuple(range(10, 10 + n))  # global ranks differ from group ranks
-    server = _server(frozenset({members[sandbox_rank]}))
-    ch = Channel("g", members, (Node(rank=members[sandbox_rank], index=0, kind=NodeKind.COLLECTIVE,
-                                     op=CommOp.ALL_REDUCE, group_id="g", seq=0),))
-    server.links[Lane("g", members[sandbox_rank])] = LINK
+def _hold_ns(algo: Algo, n: int, numel: int, sandbox_rank: int, clock=None, group: str = "g") -> float:
+    members = tuple(range(10, 10 + n)) if clock is None else tuple(range(n))  # global ranks differ from group ranks
+    server = _server(frozenset({members[sandbox_rank]}), clock)
+    node = Node(rank=members[sandbox_rank], index=0, kind=NodeKind.COLLECTIVE, op=CommOp.ALL_REDUCE,
+                group_id=group, seq=0)
+    ch = Channel(group, members, (node,))
+    server.links[Lane(group, members[sandbox_rank])] = LINK
     inputs = [torch.ones(numel) for _ in range(n)]
-    rec = record_for_sandbox(inputs, algo, "sum", [sandbox_rank], **kw)
+    rec = record_for_sandbox(inputs, algo, "sum", [sandbox_rank])
     received = {(0, sandbox_rank): torch.ones(numel)}
     outputs = {(0, sandbox_rank): torch.ones(numel)}
-    return server._transfer_hold_s(ch, [rec], [sandbox_rank], 0, received, outputs) * 1e9
+    return server._transfer_hold_s(ch, node, [rec], [sandbox_rank], received, outputs) * 1e9
 
 
 def test_a_ring_all_reduce_holds_its_2n_minus_2_steps_less_the_lanes_two_messages():
@@ -47,9 +49,30 @@ def test_a_ring_of_two_holds_nothing_more_than_the_lane_takes():
 
 def test_no_link_measured_no_hold():
     server = _server(frozenset({0}))
-    ch = Channel("g", (0, 1, 2, 3), ())
+    node = Node(rank=0, index=0, kind=NodeKind.COLLECTIVE, op=CommOp.ALL_REDUCE, group_id="g", seq=0)
+    ch = Channel("g", (0, 1, 2, 3), (node,))
     rec = record_for_sandbox([torch.ones(8)] * 4, Algo.RING_ALL_REDUCE, "sum", [0])
-    assert server._transfer_hold_s(ch, [rec], [0], 0, {}, {}) == 0.0
+    assert server._transfer_hold_s(ch, node, [rec], [0], {}, {}) == 0.0
+
+
+TIMED = """\
+graph world_size=4 kind=timed job_name=t
+group 0 ranks=0,1,2,3
+r0#0 COLL all_reduce g0:0 16KiB f32[4096] sum step=0 t=0+600000
+r1#0 COLL all_reduce g0:0 16KiB f32[4096] sum step=0 t=0+900000
+r2#0 COLL all_reduce g0:0 16KiB f32[4096] sum step=0 t=0+700000
+r3#0 COLL all_reduce g0:0 16KiB f32[4096] sum step=0 t=0+800000
+"""
+
+
+@pytest.mark.parametrize("clock_kind", ["cosim", "timed"])
+def test_an_emulation_holds_for_the_timed_graphs_transfer_not_the_links_model(clock_kind):
+    # The instance's transfer in the timed graph is its members' shortest duration, 600 us; the
+    # emulation follows it (what the calibration measured), whatever the lane's probe says now.
+    timed = parse_graph(TIMED)
+    clock = CoSimClock(timed, {0}) if clock_kind == "cosim" else TimedClock(timed, {0})
+    want = 600_000 - 2 * (50_000 + 4096 * 4)
+    assert _hold_ns(Algo.RING_ALL_REDUCE, 4, 4096, 0, clock=clock, group="0") == pytest.approx(want)
 
 
 @pytest.mark.timeout(600)
