@@ -13,7 +13,7 @@ replayer (which times it) and the sandbox rank (which echoes).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -66,8 +66,7 @@ def probe_echo(pg: dist.ProcessGroup, peer: int, device: torch.device) -> None:
             pg.send([buf], peer, 0).wait()
 
 
-def probe_time(pg: dist.ProcessGroup, peer: int, device: torch.device,
-               sync: Callable[[], None] = lambda: None) -> LinkModel:
+def probe_time(pg: dist.ProcessGroup, peer: int, device: torch.device) -> LinkModel:
     """The replayer side: send, wait for the echo, time each round trip; the fitted model."""
     rtts: dict[int, list[float]] = {}
     for numel, rounds in _rounds():
@@ -76,6 +75,5 @@ def probe_time(pg: dist.ProcessGroup, peer: int, device: torch.device,
             t0 = time.perf_counter_ns()
             pg.send([buf], peer, 0).wait()
             pg.recv([buf], peer, 0).wait()
-            sync()
             rtts.setdefault(numel, []).append(time.perf_counter_ns() - t0)
     return LinkModel.fit(rtts[1], rtts[PROBE_LARGE_NUMEL], PROBE_LARGE_NUMEL * 4)

@@ -197,7 +197,8 @@ class TimedClock:
         served = frozenset(served) if served is not None else None
         self.schedules = {v: VrankSchedule.from_nodes(v, timed.nodes[v], sandbox, served, collectives_told)
                           for v in wanted}
-        self._transfers = estimate_transfers(timed).collective_ns
+        self._timed = timed
+        self._transfers: dict[tuple[str, int], int] | None = None
         self.timeout_s = timeout_s
         self._measured_start_ns = {v: _measured_start_ns(timed.nodes[v], warmup_steps) for v in wanted}
         """Predicted start of each vrank's first measured step (the end of its last warm-up step)."""
@@ -300,7 +301,10 @@ class TimedClock:
                 cond.notify_all()
 
     def transfer_ns(self, node: Node) -> int | None:
-        return self._transfers.get((node.group_id, node.seq))
+        with self._lock:
+            if self._transfers is None:  # only the CPU lanes' transfer hold asks: no cost elsewhere
+                self._transfers = estimate_transfers(self._timed).collective_ns
+            return self._transfers.get((node.group_id, node.seq))
 
     # ------------------------------------------------------------------------------ real time
 
@@ -353,7 +357,10 @@ class CoSimClock:
     def __init__(self, timed: Graph, sandbox: Iterable[int], *, served: Iterable[OpKey] | None = None,
                  timeout_s: float = 600.0) -> None:
         self.sim = LiveSim(timed, sandbox, served=served)
-        self._transfers = estimate_transfers(timed).collective_ns  # every member's, the sandbox's too
+        self._timed = timed
+        self._transfers: dict[tuple[str, int], int] | None = None
+        """Every member's shortest duration per collective, the sandbox's too (the sim has only the
+        vranks'); built when the CPU lanes' transfer hold first asks."""
         self.timeout_s = timeout_s
         self._cond = threading.Condition()
         self.events: list[tuple[int, int, str, int]] = []
@@ -411,7 +418,10 @@ class CoSimClock:
         return None
 
     def transfer_ns(self, node: Node) -> int | None:
-        return self._transfers.get((node.group_id, node.seq))
+        with self._cond:
+            if self._transfers is None:
+                self._transfers = estimate_transfers(self._timed).collective_ns
+            return self._transfers.get((node.group_id, node.seq))
 
     def simulated(self) -> dict[str, list[tuple[int, int, int]]]:
         """Per vrank, ``(node index, reached, done)`` on the real clock of every node the

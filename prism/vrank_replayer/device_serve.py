@@ -97,7 +97,7 @@ class DeviceServer:
         """CPU lanes: collectives whose outputs were held for the group's transfer (``_transfer_hold_s``)."""
         self.traffic_bytes = 0
         self.phase_s: dict[str, float] = {}
-        """CPU seconds per phase of serving (records, recv, compute, clock, send, sync)."""
+        """CPU seconds per phase of serving (records, recv, compute, clock, hold, send, sync)."""
 
     # -------------------------------------------------------------------------- connections
 
