@@ -311,8 +311,19 @@ def critical_path(algo: Algo, g: Geometry, rank: int) -> tuple[int, ...]:
     n = g.n
     if n <= 1 or algo is Algo.P2P:
         return ()
+    if algo is Algo.DIRECT_ALL_TO_ALL:
+        rounds = (max(_numel_a2a(g, rank, (rank + k) % n), _numel_a2a(g, (rank - k) % n, rank)) for k in range(1, n))
+        return tuple(m for m in rounds if m > 0)
+    return _critical_path_cached(algo, g)
+
+
+@functools.lru_cache(maxsize=4096)
+def _critical_path_cached(algo: Algo, g: Geometry) -> tuple[int, ...]:
+    """:func:`critical_path` of the algorithms whose path depends only on the geometry (one per
+    group and size, asked once per op of a calibration slice)."""
+    n = g.n
     if algo in (Algo.RING_ALL_REDUCE, Algo.RING_REDUCE_SCATTER):
-        largest = max(chunk_numels(g.numel, n))  # every step moves one chunk per rank
+        largest = -(-g.numel // n)  # the largest chunk (chunk_numels: they differ by at most one)
         steps = 2 * (n - 1) if algo is Algo.RING_ALL_REDUCE else n - 1
         return (largest,) * steps if largest > 0 else ()
     if algo in (Algo.RING_ALL_GATHER, Algo.CHAIN_BROADCAST):
@@ -321,9 +332,6 @@ def critical_path(algo: Algo, g: Geometry, rank: int) -> tuple[int, ...]:
         top = tree_height(0, n)
         ts = {tree_height(c, n) for c in range(1, n)} | {top + tree_depth(c) - 1 for c in range(1, n)}
         return (g.numel,) * len(ts) if g.numel > 0 else ()
-    if algo is Algo.DIRECT_ALL_TO_ALL:
-        rounds = (max(_numel_a2a(g, rank, (rank + k) % n), _numel_a2a(g, (rank - k) % n, rank)) for k in range(1, n))
-        return tuple(m for m in rounds if m > 0)
     raise AssertionError(algo)  # pragma: no cover - exhaustive
 
 
