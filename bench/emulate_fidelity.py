@@ -370,7 +370,8 @@ def _examples(ns, ranks) -> None:
                           slice_size=ns.slice_size, calibration_repeats=ns.calibration_repeats, timeout_s=ns.timeout,
                           order=ns.order, device_path=ns.device_path, world=ns.world, warmup=ns.warmup_steps)
     print(f"{out}: {sum('ranks' in j for j in summary['jobs'])} of {len(summary['jobs'])} jobs measured; "
-          f"long-step targets {'met' if summary.get('met_long') else 'NOT met'}", flush=True)
+          f"long-step targets {'met' if summary.get('met_long') else 'NOT met'}; real runs within the mean target "
+          f"of each other: {', '.join(summary.get('long_jobs_real_within_target') or []) or 'none'}", flush=True)
 
 
 if __name__ == "__main__":

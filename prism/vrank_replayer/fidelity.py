@@ -44,6 +44,37 @@ def step_errors(steps_ms: Sequence[float], real_steps_ms: Sequence[float], skip:
     return StepError(mean, real, (mean - real) / real, max(abs(a - b) / b for a, b in zip(got, want, strict=True)), n)
 
 
+@dataclass(frozen=True, slots=True)
+class RunSpread:
+    """How far repeated real runs of one job lie from each other: each run against the per-step
+    median of the others (leave one out), the largest of each figure over the runs. An emulation
+    cannot be shown closer to the real run than this: it is the ground truth's own error."""
+
+    mean_abs_rel_error: float
+    """The largest |mean error| of a run against the others."""
+    typical_abs_rel_error: float
+    """The median over the runs of |mean error| (one outlier run sets the largest, not this)."""
+    max_step_rel_error: float
+    num_runs: int
+
+
+def run_spread(runs_ms: Sequence[Sequence[float]], skip: int) -> RunSpread | None:
+    """The spread of ``runs_ms`` (step times of each run) over the steps after ``skip``; None with
+    fewer than three runs (one run against one other says nothing of which one is off)."""
+    if len(runs_ms) < 3:
+        return None
+    errors = []
+    for i, run in enumerate(runs_ms):
+        others = [r for j, r in enumerate(runs_ms) if j != i]
+        median = [statistics.median(s) for s in zip(*others, strict=False)]
+        errors.append(step_errors(run, median, skip))
+    kept = [e for e in errors if e.num_steps]
+    if not kept:
+        return None
+    means = [abs(e.mean_rel_error) for e in kept]
+    return RunSpread(max(means), statistics.median(means), max(e.max_rel_error for e in kept), len(runs_ms))
+
+
 PEAK_KINDS = ("measured", "run")
 """The two peaks of a rank: over the measured steps (after the warmup), over the whole run."""
 
