@@ -19,6 +19,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from prism.core.affinity import pin_rank
 from prism.core.atomic import atomic_write_bytes, atomic_write_text
 from prism.core.cprofile import profiled
 from prism.core.config import MOE_ROUTER_ENV
@@ -119,6 +120,7 @@ def _observe_other_groups(recorder) -> None:
 def run_rank(spec: WorkerSpec) -> RankRecord:
     """Install the sandbox, run the script, return the record. Raises what the script raises."""
     os.environ.update(spec.env)
+    pin_rank(spec.shim.rank)
     engine = make_engine(spec)
     sandbox = install(spec.shim, engine)
     if spec.observe_other_groups:
