@@ -6,7 +6,10 @@ PyTorch's fake process group (``prism walk --engine torch-fake``).
 Peak memory comes in two kinds (the measured steps', the whole run's). With ``--real-repeats N``
 the real job runs N times (the first in RUN, the others in ``RUN/real-repeats/<k>``) and each
 peak is compared with the real spread: it must lie in it, and equal it where the real runs agree;
-a peak on which the real runs disagree is reported as timing-dependent."""
+a peak on which the real runs disagree is reported as timing-dependent. From three real runs on,
+the table also shows how far the real runs' iteration times lie from each other (each against the
+others' per-step median, ``fidelity.run_spread``): an emulated error inside it cannot be told apart
+from the real job's own variation."""
 
 from __future__ import annotations
 
@@ -29,7 +32,14 @@ from prism.sandbox.recording import record_job, walk_rank
 from prism.vrank_replayer import EmulateOptions, captured_losses
 from prism.vrank_replayer.calibrate_run import calibrate_run, ensure_recorded
 from prism.vrank_replayer.emulate_report import emulate_and_report
-from prism.vrank_replayer.fidelity import PEAK_KINDS, losses_bitwise_equal, losses_equal, rank_fidelity, step_errors
+from prism.vrank_replayer.fidelity import (
+    PEAK_KINDS,
+    losses_bitwise_equal,
+    losses_equal,
+    rank_fidelity,
+    run_spread,
+    step_errors,
+)
 
 from . import add_timeout_argument, positive_int
 from .devices import add_device_arguments, device_options
@@ -99,9 +109,11 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
                             steps_ms=row.get("step_ms", []), peak_memory_bytes=row.get("peak_memory_bytes", -1),
                             measured_peak_memory_bytes=row.get("measured_peak_memory_bytes", -1), skip=skip,
                             real_repeats=repeats)
+        spread = run_spread([[t / 1e6 for t in g.summaries[r].step_times_ns] for g in (real, *repeats)], skip)
         collected = captured_losses(run, r)
         bitwise = collected is not None and losses_bitwise_equal(row.get("losses", []), collected)
         rows[r] = {"prism": {**dataclasses.asdict(fid), "losses_bitwise_collected": bitwise, "oom": row["oom"], "diverged_ops": len(row.get("diverged_ops", [])),
+                             "real_time_spread": dataclasses.asdict(spread) if spread else None,
                              "calibrated_ms": cal.report.ranks[r].calibrated_step_ns / 1e6
                              if cal.report.ranks[r].calibrated_steps_ns else None},
                    "torch_fake": _torch_fake(job, r, real, skip, timeout_s, run) if torch_fake else None}
@@ -173,7 +185,7 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
         table.add_column(f"torch fake PG r{r}", justify="right")
     peak_rows = [f"{_PEAK_ROWS[k]} ({w})" for k in PEAK_KINDS for w in ("real", "emulated")]
     metrics = ["comm signature match", "losses bitwise = collected", "losses equal real", "iteration time error (mean)",
-               "iteration time error (max step)", "iteration ms (real)", *peak_rows]
+               "iteration time error (max step)", "iteration ms (real)", "real runs among themselves", *peak_rows]
     cells = {m: [] for m in metrics}
     notes = []
     for r, v in result["ranks"].items():
@@ -185,6 +197,10 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
         cells["iteration time error (mean)"].append(_pct(t["mean_rel_error"], "+"))
         cells["iteration time error (max step)"].append(_pct(t["max_rel_error"]))
         cells["iteration ms (real)"].append(f"{_ms(t['real_mean_ms'])} (emu {_ms(t['mean_ms'])})")
+        sp = p.get("real_time_spread")
+        cells["real runs among themselves"].append(
+            f"±{_pct(sp['mean_abs_rel_error'])} (max step {_pct(sp['max_step_rel_error'])})" if sp
+            else "— (--real-repeats 3 or more)")
         for k in PEAK_KINDS:
             c = p["peaks"][k]
             cells[f"{_PEAK_ROWS[k]} (real)"].append(_real_cell(c))
@@ -212,12 +228,14 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
             cells["iteration time error (mean)"].append(f"{_pct(ft['mean_rel_error'], '+')} (no peer waits)")
             cells["iteration time error (max step)"].append(_pct(ft["max_rel_error"]))
             cells["iteration ms (real)"].append(f"(fake {_ms(ft['mean_ms'])})")
+            cells["real runs among themselves"].append("")
             fake = {"measured": f.get("measured_peak_memory_bytes", -1), "run": f["peak_memory_bytes"]}
             for k in PEAK_KINDS:
                 cells[f"{_PEAK_ROWS[k]} (real)"].append("")
                 cells[f"{_PEAK_ROWS[k]} (emulated)"].append(_b(fake[k]))
     if not timing:
-        for m in ("iteration time error (mean)", "iteration time error (max step)", "iteration ms (real)"):
+        for m in ("iteration time error (mean)", "iteration time error (max step)", "iteration ms (real)",
+                  "real runs among themselves"):
             cells[m] = ["not comparable on this host" if i % 2 == 0 else "—" for i in range(len(cells[m]))]
     for m in metrics:
         table.add_row(m, *cells[m])

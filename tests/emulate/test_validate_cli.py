@@ -36,6 +36,7 @@ def test_validate_compares_the_emulated_ranks_with_the_real_run_and_the_fake_pg(
         assert prism["signature_match"] == 1.0
         assert prism["losses_bitwise_collected"] and prism["losses_equal"], prism
         assert prism["diverged_ops"] == 0 and prism["oom"] is False
+        assert prism["real_time_spread"] is None, "two real runs say nothing of which one is off"
         for kind in ("measured", "run"):
             peak = prism["peaks"][kind]
             assert len(peak["real_bytes"]) == 2 and peak["real_min_bytes"] > 0, peak
