@@ -66,6 +66,7 @@ from prism.sandbox.recording import record_job
 from prism.vrank_replayer import EmulateOptions
 from prism.vrank_replayer.calibrate_run import calibrate_run
 from prism.vrank_replayer.emulate_report import emulate_and_report
+from prism.vrank_replayer.fidelity import run_spread
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "tests/assets/jobs/ddp_cfg/job.yaml"
@@ -300,6 +301,9 @@ def main() -> None:
                 res["real"][variant] = {
                     "ms": [r["p50_ms"] for r in runs], "median_ms": real_ms, "error": (emu_ms - real_ms) / real_ms,
                     "compute_ms": statistics.median(r["compute_ms"] for r in runs),
+                    # the real runs' own error: the largest distance of one run from the median of
+                    # the others (None under three runs); a time error inside it is not shown
+                    "real_spread": (sp.mean_abs_rel_error if (sp := run_spread([[r["p50_ms"]] for r in runs], 0)) else None),
                     # a duet compares each emulation with the real run beside it
                     "time_met": (abs(duet["paired_error"]) if duet else abs(emu_ms - real_ms) / real_ms) <= TARGET,
                     "measured_peak": peak_verdict(runs, emus, "measured_peak_bytes"),
