@@ -77,6 +77,9 @@ EXAMPLES: dict[str, tuple] = {
     "moe": ("examples/moe/job.yaml", ("--tokens", "4096", "--dim", "128", "--hidden", "512")),
     "hybrid": ("examples/hybrid/job.yaml", ("--microbatch-size", "256", "--dim", "256")),
     "synthetic": ("examples/synthetic/job.yaml", ("--microbatches", "4", "--fwd-ms", "5", "--bwd-ms", "10")),
+    # hybrid's structure (pp x FSDP2 x TP, real DTensor / FSDP2 / pipelining comm) with sleep compute:
+    # timing that does not depend on the host's cores; long size only (default is plain hybrid)
+    "hybrid-sleep": ("examples/hybrid/job.yaml", ("--sleep-ms", "10")),
     # W=4, no optimizer (steps found from the comm sequence's period), ~95 ms steps as it is
     "pp-noopt": ("examples/pp_sleep_noopt/job.yaml", (), (1, 2)),
 }

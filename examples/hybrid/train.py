@@ -12,6 +12,7 @@ The loss lives on the ranks that hold the last stage; its (dp 0, tp 0) rank logs
 import argparse
 import logging
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -36,6 +37,9 @@ def parse_args():
     p.add_argument("--microbatch-size", type=int, default=2)
     p.add_argument("--dim", type=int, default=32)
     p.add_argument("--layers-per-stage", type=int, default=2)
+    p.add_argument("--sleep-ms", type=float, default=0.0,
+                   help="also sleep this long in each layer's forward and twice as long in its backward "
+                        "(compute whose time does not depend on the host's cores)")
     return p.parse_args()
 
 
@@ -52,14 +56,32 @@ def setup(args):
     return rank, world, device
 
 
+class Sleep(torch.autograd.Function):
+    """Identity that sleeps ``ms`` in forward and ``2 * ms`` in backward."""
+
+    @staticmethod
+    def forward(ctx, x, ms):
+        ctx.ms = ms
+        time.sleep(ms / 1e3)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(2 * ctx.ms / 1e3)
+        return grad, None
+
+
 class Layer(nn.Module):
-    def __init__(self, dim):
+    def __init__(self, dim, sleep_ms=0.0):
         super().__init__()
         self.norm = nn.LayerNorm(dim)
         self.fc1 = nn.Linear(dim, 4 * dim)
         self.fc2 = nn.Linear(4 * dim, dim)
+        self.sleep_ms = sleep_ms
 
     def forward(self, x):
+        if self.sleep_ms > 0:
+            x = Sleep.apply(x, self.sleep_ms)
         return x + self.fc2(nn.functional.gelu(self.fc1(self.norm(x))))
 
 
@@ -76,7 +98,7 @@ def main():
     n_stages = args.pp
     # The whole model is built identically on every rank; each rank keeps its stage's layers.
     torch.manual_seed(1234)
-    layers = [Layer(args.dim) for _ in range(n_stages * args.layers_per_stage)]
+    layers = [Layer(args.dim, args.sleep_ms) for _ in range(n_stages * args.layers_per_stage)]
     lps = args.layers_per_stage
     stage_mod = nn.Sequential(*layers[pp_rank * lps:(pp_rank + 1) * lps]).to(device)
     del layers
