@@ -1,10 +1,11 @@
 """``bench/emulate_fidelity.py --examples``: every example, real runs vs emulations.
 
-Per example (at W=8: ddp, fsdp2, tp, pp 1F1B and interleaved, moe, hybrid, synthetic; at W=4:
-pp-noopt, a pipeline without an optimizer) and size — ``long`` (the examples' size arguments
-chosen so a step takes >= 50 ms of compute on one core: rank 0 alone measured 80-120 ms of CPU
-per step on the 2-core host) and ``default`` (the job file's arguments: short steps) — the job
-runs with its job file's warm-up steps (1; pp-noopt 2), 5 measured and 1 cool-down step:
+Per example (at W=8: ddp, fsdp2, tp, pp 1F1B and interleaved, moe, hybrid, synthetic, and each of
+the first seven with sleep compute, ``<name>-sleep``; at W=4: pp-noopt, a pipeline without an
+optimizer) and size — ``long`` (the examples' size arguments chosen so a step takes >= 50 ms of
+compute on one core: rank 0 alone measured 80-120 ms of CPU per step on the 2-core host; the sleep
+variants' and pp-noopt's own job files) and ``default`` (the job file's arguments: short steps) —
+the job runs with its job file's warm-up steps (1; pp-noopt 2), 5 measured and 1 cool-down step:
 
 1. a real run (``record_job``): the structure the calibration uses;
 2. one capture run and ``calibrate_run`` (slices of ``--slice-size`` real ranks);
@@ -66,7 +67,8 @@ MEASURED, COOLDOWN = 5, 1
 DEFAULT_RANKS = (2, 5)
 
 # name -> (job file, long-step size arguments[, sandbox ranks when --ranks is not given: DEFAULT_RANKS]);
-# the default size is the job file's own arguments.
+# the default size is the job file's own arguments. An example without long-step arguments has one
+# size: its job file's steps are already long (sleep compute), so it runs as "long" only.
 EXAMPLES: dict[str, tuple] = {
     "ddp": ("examples/ddp/job.yaml", ("--batch", "2048", "--dim", "128", "--hidden", "512", "--layers", "4")),
     "fsdp2": ("examples/fsdp2/job.yaml",
@@ -77,15 +79,26 @@ EXAMPLES: dict[str, tuple] = {
     "moe": ("examples/moe/job.yaml", ("--tokens", "4096", "--dim", "128", "--hidden", "512")),
     "hybrid": ("examples/hybrid/job.yaml", ("--microbatch-size", "256", "--dim", "256")),
     "synthetic": ("examples/synthetic/job.yaml", ("--microbatches", "4", "--fwd-ms", "5", "--bwd-ms", "10")),
-    # hybrid's structure (pp x FSDP2 x TP, real DTensor / FSDP2 / pipelining comm) with sleep compute:
-    # timing that does not depend on the host's cores; long size only (default is plain hybrid)
-    "hybrid-sleep": ("examples/hybrid/job.yaml", ("--sleep-ms", "10")),
+    # each structure (real DDP / FSDP2 / DTensor / pipelining / all-to-all comm) with sleep compute
+    # (--sleep-ms, in the job file): timing that does not depend on the host's cores
+    "ddp-sleep": ("examples/ddp/job-sleep.yaml", ()),
+    "fsdp2-sleep": ("examples/fsdp2/job-sleep.yaml", ()),
+    "tp-sleep": ("examples/tp/job-sleep.yaml", ()),
+    "pp-sleep": ("examples/pp/job-sleep.yaml", ()),
+    "pp-interleaved-sleep": ("examples/pp/job-interleaved-sleep.yaml", ()),
+    "moe-sleep": ("examples/moe/job-sleep.yaml", ()),
+    "hybrid-sleep": ("examples/hybrid/job-sleep.yaml", ()),
     # W=4, no optimizer (steps found from the comm sequence's period), ~95 ms steps as it is
     "pp-noopt": ("examples/pp_sleep_noopt/job.yaml", (), (1, 2)),
 }
 SIZES = ("long", "default")
 
 log = logging.getLogger("bench")
+
+
+def sizes_of(name: str) -> tuple[str, ...]:
+    """The sizes ``name`` runs at: both, or "long" alone when its job file's steps already are."""
+    return SIZES if EXAMPLES[name][1] else ("long",)
 
 
 def example_job(name: str, size: str, world: int | None = None, warmup: int | None = None):
@@ -272,7 +285,7 @@ def run_all(names: list[str], sizes: list[str], base: Path, out: Path, *, budget
     """Every (example, size), long sizes first, ``parallel`` jobs at a time, within ``budget_s``;
     progress on stdout."""
     start = time.time()
-    pending = [(n, s) for s in sizes for n in names]
+    pending = [(n, s) for s in sizes for n in names if s in sizes_of(n)]
     total = len(pending)
     summary = {"benchmark": "emulate_fidelity_examples", "budget_s": budget_s, "parallel": parallel,
                "target": {"mean_abs_rel_error": 0.02, "max_step_rel_error": 0.05, "calibrated_abs_rel_error": 0.02},

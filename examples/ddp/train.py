@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import logging
 import os
+import time
 
 import numpy as np
 import torch
@@ -55,6 +56,9 @@ def parse_args():
     p.add_argument("--dim", type=int, default=32)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--sleep-ms", type=float, default=0.0,
+                   help="also sleep this long in each layer's forward and twice as long in its backward "
+                        "(compute whose time does not depend on the host's cores)")
     # ~16 KiB per bucket: the model below has ~67 KB of parameters, so several buckets.
     p.add_argument("--bucket-cap-mb", type=float, default=0.016)
     p.add_argument("--recompute", action="store_true", default=env.get("DDP_RECOMPUTE") == "1")
@@ -86,8 +90,28 @@ def linear64(x, layer):
     return F.linear(x.double(), layer.weight.double(), bias).to(x.dtype)
 
 
+class Sleep(torch.autograd.Function):
+    """Identity that sleeps ``ms`` in forward and ``2 * ms`` in backward (``--sleep-ms``: compute whose
+    time does not depend on the host's cores)."""
+
+    @staticmethod
+    def forward(ctx, x, ms):
+        ctx.ms = ms
+        time.sleep(ms / 1e3)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(2 * ctx.ms / 1e3)
+        return grad, None
+
+
+def sleep(x, ms):
+    return Sleep.apply(x, ms) if ms > 0 else x
+
+
 class MLP(nn.Module):
-    def __init__(self, dim, hidden, layers, recompute=False, matmul="float32"):
+    def __init__(self, dim, hidden, layers, recompute=False, matmul="float32", sleep_ms=0.0):
         super().__init__()
         blocks = []
         for _ in range(layers):
@@ -96,15 +120,17 @@ class MLP(nn.Module):
         self.head = nn.Linear(dim, 1)
         self.recompute = recompute
         self.matmul = matmul
+        self.sleep_ms = sleep_ms
 
     def block(self, i, x):
         up, act, down = self.body[i:i + 3]
+        x = sleep(x, self.sleep_ms)
         if self.matmul == "float64":
             return linear64(act(linear64(x, up)), down)
         return down(act(up(x)))
 
     def forward(self, x):
-        if not self.recompute and self.matmul == "float32":
+        if not self.recompute and self.matmul == "float32" and not self.sleep_ms:
             return self.head(self.body(x))
         for i in range(0, len(self.body), 3):
             x = checkpoint(self.block, i, x, use_reentrant=False) if self.recompute else self.block(i, x)
@@ -179,7 +205,7 @@ def main():
     rank, world, device = setup(args)
 
     torch.manual_seed(1234)  # identical init on every rank
-    model = MLP(args.dim, args.hidden, args.layers, args.recompute, args.matmul).to(device)
+    model = MLP(args.dim, args.hidden, args.layers, args.recompute, args.matmul, args.sleep_ms).to(device)
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
               bucket_cap_mb=args.bucket_cap_mb)
     if args.offload_optimizer:

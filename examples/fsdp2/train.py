@@ -5,6 +5,7 @@ A plain PyTorch program (run it with torchrun); it knows nothing about prism.
 import argparse
 import logging
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -26,6 +27,9 @@ def parse_args():
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--vocab", type=int, default=64)
+    p.add_argument("--sleep-ms", type=float, default=0.0,
+                   help="also sleep this long in each layer's forward and twice as long in its backward "
+                        "(compute whose time does not depend on the host's cores)")
     return p.parse_args()
 
 
@@ -44,25 +48,47 @@ def setup(args):
     return rank, world, device
 
 
+class Sleep(torch.autograd.Function):
+    """Identity that sleeps ``ms`` in forward and ``2 * ms`` in backward (``--sleep-ms``: compute whose
+    time does not depend on the host's cores)."""
+
+    @staticmethod
+    def forward(ctx, x, ms):
+        ctx.ms = ms
+        time.sleep(ms / 1e3)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(2 * ctx.ms / 1e3)
+        return grad, None
+
+
+def sleep(x, ms):
+    return Sleep.apply(x, ms) if ms > 0 else x
+
+
 class Block(nn.Module):
-    def __init__(self, dim, heads):
+    def __init__(self, dim, heads, sleep_ms=0.0):
         super().__init__()
+        self.sleep_ms = sleep_ms
         self.norm1 = nn.LayerNorm(dim)
         self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
     def forward(self, x):
+        x = sleep(x, self.sleep_ms)
         h = self.norm1(x)
         x = x + self.attn(h, h, h, need_weights=False)[0]
         return x + self.mlp(self.norm2(x))
 
 
 class Model(nn.Module):
-    def __init__(self, vocab, dim, heads, layers):
+    def __init__(self, vocab, dim, heads, layers, sleep_ms=0.0):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
-        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(dim, heads, sleep_ms) for _ in range(layers))
         self.norm = nn.LayerNorm(dim)
         self.out = nn.Linear(dim, vocab)
 
@@ -80,7 +106,7 @@ def main():
     mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("dp",))
 
     torch.manual_seed(1234)  # identical init on every rank
-    model = Model(args.vocab, args.dim, args.heads, args.layers).to(device)
+    model = Model(args.vocab, args.dim, args.heads, args.layers, args.sleep_ms).to(device)
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)

@@ -57,7 +57,8 @@ def setup(args):
 
 
 class Sleep(torch.autograd.Function):
-    """Identity that sleeps ``ms`` in forward and ``2 * ms`` in backward."""
+    """Identity that sleeps ``ms`` in forward and ``2 * ms`` in backward (``--sleep-ms``: compute whose
+    time does not depend on the host's cores)."""
 
     @staticmethod
     def forward(ctx, x, ms):
@@ -71,6 +72,10 @@ class Sleep(torch.autograd.Function):
         return grad, None
 
 
+def sleep(x, ms):
+    return Sleep.apply(x, ms) if ms > 0 else x
+
+
 class Layer(nn.Module):
     def __init__(self, dim, sleep_ms=0.0):
         super().__init__()
@@ -80,8 +85,7 @@ class Layer(nn.Module):
         self.sleep_ms = sleep_ms
 
     def forward(self, x):
-        if self.sleep_ms > 0:
-            x = Sleep.apply(x, self.sleep_ms)
+        x = sleep(x, self.sleep_ms)
         return x + self.fc2(nn.functional.gelu(self.fc1(self.norm(x))))
 
 

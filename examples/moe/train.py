@@ -10,6 +10,7 @@ A plain PyTorch program (run it with torchrun); it knows nothing about prism.
 import argparse
 import logging
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -28,6 +29,10 @@ def parse_args():
     p.add_argument("--tokens", type=int, default=16, help="tokens per rank per step")
     p.add_argument("--dim", type=int, default=16)
     p.add_argument("--hidden", type=int, default=32)
+    p.add_argument("--sleep-ms", type=float, default=0.0,
+                   help="also sleep this long in the dense layer's forward and, scaled by the tokens this "
+                        "rank's experts receive over --tokens, in the experts' (twice as long in backward): "
+                        "compute whose time does not depend on the host's cores")
     return p.parse_args()
 
 
@@ -44,6 +49,26 @@ def setup(args):
     if rank == 0:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
     return rank, world, device
+
+
+class Sleep(torch.autograd.Function):
+    """Identity that sleeps ``ms`` in forward and ``2 * ms`` in backward (``--sleep-ms``: compute whose
+    time does not depend on the host's cores)."""
+
+    @staticmethod
+    def forward(ctx, x, ms):
+        ctx.ms = ms
+        time.sleep(ms / 1e3)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(2 * ctx.ms / 1e3)
+        return grad, None
+
+
+def sleep(x, ms):
+    return Sleep.apply(x, ms) if ms > 0 else x
 
 
 class AllToAll(torch.autograd.Function):
@@ -74,8 +99,9 @@ class Expert(nn.Module):
 
 
 class MoEModel(nn.Module):
-    def __init__(self, dim, hidden, ep, ep_rank, experts_per_rank, ep_group):
+    def __init__(self, dim, hidden, ep, ep_rank, experts_per_rank, ep_group, sleep_ms=0.0):
         super().__init__()
+        self.sleep_ms = sleep_ms
         self.ep, self.epr, self.ep_group = ep, experts_per_rank, ep_group
         self.num_experts = ep * experts_per_rank
         self.pre = nn.Linear(dim, dim)
@@ -86,7 +112,7 @@ class MoEModel(nn.Module):
         self.head = nn.Linear(dim, 1)
 
     def forward(self, x):
-        h = torch.relu(self.pre(x))
+        h = torch.relu(self.pre(sleep(x, self.sleep_ms)))
         probs = torch.softmax(self.router(h), dim=-1)
         gate, expert = probs.max(dim=-1)                       # top-1 routing, deterministic
         order = torch.argsort(expert, stable=True)            # group tokens by expert id
@@ -102,6 +128,7 @@ class MoEModel(nn.Module):
 
         # 2) dispatch tokens (uneven splits), 3) run local experts, 4) combine (reverse exchange).
         routed = AllToAll.apply(h[order], recv_splits, send_splits, self.ep_group)
+        routed = sleep(routed, self.sleep_ms * routed.shape[0] / x.shape[0])  # the experts' load
         outs, offset = [], 0
         for row in recv_matrix:
             for e, n in enumerate(row):
@@ -133,7 +160,7 @@ def main():
                 replica_group = g
 
     torch.manual_seed(1234)  # identical init on every rank
-    model = MoEModel(args.dim, args.hidden, ep, ep_rank, args.experts_per_rank, ep_group).to(device)
+    model = MoEModel(args.dim, args.hidden, ep, ep_rank, args.experts_per_rank, ep_group, args.sleep_ms).to(device)
     expert_params = list(model.experts.parameters())
     expert_ids = {id(p) for p in expert_params}
     dense_params = [p for p in model.parameters() if id(p) not in expert_ids]

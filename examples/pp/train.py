@@ -8,6 +8,7 @@ The loss lives on the rank that holds the last stage, so that rank of dp replica
 import argparse
 import logging
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -29,6 +30,9 @@ def parse_args():
     p.add_argument("--microbatch-size", type=int, default=2)
     p.add_argument("--dim", type=int, default=32)
     p.add_argument("--layers-per-stage", type=int, default=2)
+    p.add_argument("--sleep-ms", type=float, default=0.0,
+                   help="also sleep this long in each layer's forward and twice as long in its backward "
+                        "(compute whose time does not depend on the host's cores)")
     p.add_argument("--slow-stage", type=int, default=-1, help="this stage runs its layers --slow-repeat times")
     p.add_argument("--slow-repeat", type=int, default=2)
     return p.parse_args()
@@ -47,14 +51,36 @@ def setup(args):
     return rank, world, device
 
 
+class Sleep(torch.autograd.Function):
+    """Identity that sleeps ``ms`` in forward and ``2 * ms`` in backward (``--sleep-ms``: compute whose
+    time does not depend on the host's cores)."""
+
+    @staticmethod
+    def forward(ctx, x, ms):
+        ctx.ms = ms
+        time.sleep(ms / 1e3)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(2 * ctx.ms / 1e3)
+        return grad, None
+
+
+def sleep(x, ms):
+    return Sleep.apply(x, ms) if ms > 0 else x
+
+
 class Layer(nn.Module):
-    def __init__(self, dim):
+    def __init__(self, dim, sleep_ms=0.0):
         super().__init__()
+        self.sleep_ms = sleep_ms
         self.norm = nn.LayerNorm(dim)
         self.fc1 = nn.Linear(dim, 2 * dim)
         self.fc2 = nn.Linear(2 * dim, dim)
 
     def forward(self, x):
+        x = sleep(x, self.sleep_ms)
         return x + self.fc2(nn.functional.gelu(self.fc1(self.norm(x))))
 
 
@@ -87,7 +113,7 @@ def main():
 
     # The whole model is built identically on every rank; each rank keeps its stages' slices.
     torch.manual_seed(1234)
-    layers = [Layer(args.dim) for _ in range(n_stages * args.layers_per_stage)]
+    layers = [Layer(args.dim, args.sleep_ms) for _ in range(n_stages * args.layers_per_stage)]
     mb_shape = (args.microbatch_size, args.dim)
     stages, modules = [], []
     for s in stage_ids:

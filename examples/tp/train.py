@@ -7,6 +7,7 @@ A plain PyTorch program (run it with torchrun); it knows nothing about prism.
 import argparse
 import logging
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -28,6 +29,9 @@ def parse_args():
     p.add_argument("--dim", type=int, default=32)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--sleep-ms", type=float, default=0.0,
+                   help="also sleep this long in each layer's forward and twice as long in its backward "
+                        "(compute whose time does not depend on the host's cores)")
     return p.parse_args()
 
 
@@ -46,21 +50,43 @@ def setup(args):
     return rank, world, device
 
 
+class Sleep(torch.autograd.Function):
+    """Identity that sleeps ``ms`` in forward and ``2 * ms`` in backward (``--sleep-ms``: compute whose
+    time does not depend on the host's cores)."""
+
+    @staticmethod
+    def forward(ctx, x, ms):
+        ctx.ms = ms
+        time.sleep(ms / 1e3)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(2 * ctx.ms / 1e3)
+        return grad, None
+
+
+def sleep(x, ms):
+    return Sleep.apply(x, ms) if ms > 0 else x
+
+
 class FeedForward(nn.Module):
-    def __init__(self, dim, hidden):
+    def __init__(self, dim, hidden, sleep_ms=0.0):
         super().__init__()
+        self.sleep_ms = sleep_ms
         self.norm = nn.LayerNorm(dim)
         self.up = nn.Linear(dim, hidden)
         self.down = nn.Linear(hidden, dim)
 
     def forward(self, x):
+        x = sleep(x, self.sleep_ms)
         return x + self.down(nn.functional.gelu(self.up(self.norm(x))))
 
 
 class MLP(nn.Module):
-    def __init__(self, dim, hidden, layers):
+    def __init__(self, dim, hidden, layers, sleep_ms=0.0):
         super().__init__()
-        self.blocks = nn.ModuleList(FeedForward(dim, hidden) for _ in range(layers))
+        self.blocks = nn.ModuleList(FeedForward(dim, hidden, sleep_ms) for _ in range(layers))
         self.head = nn.Linear(dim, 1)
 
     def forward(self, x):
@@ -79,7 +105,7 @@ def main():
     dp_rank = mesh["dp"].get_local_rank()
 
     torch.manual_seed(1234)  # identical init on every rank
-    model = MLP(args.dim, args.hidden, args.layers).to(device)
+    model = MLP(args.dim, args.hidden, args.layers, args.sleep_ms).to(device)
     plan = {}
     for i in range(args.layers):
         plan[f"blocks.{i}.up"] = ColwiseParallel()

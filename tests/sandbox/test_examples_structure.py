@@ -10,9 +10,11 @@ import math
 
 import pytest
 
+from prism.core.config import load_job
 from prism.graph.compare import compare_comm_sequences
 from prism.graph.validate import validate
 from prism.sandbox.launch import LaunchOptions, launch_ranks
+from tests.conftest import EXAMPLES
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
@@ -30,6 +32,26 @@ def test_every_rank_alone_under_fake_matches_the_real_run(name, recorded_example
         diff = compare_comm_sequences(record.rank, real.nodes[record.rank], real.groups, record.nodes, groups)
         assert diff is None, str(diff)
         assert sum(n.is_comm for n in record.nodes) > 0
+
+
+# The bench's sleep variants (``--sleep-ms`` in a job file of their own) of the value-independent examples.
+SLEEP_JOBS = {"ddp": "ddp/job-sleep.yaml", "fsdp2": "fsdp2/job-sleep.yaml", "tp": "tp/job-sleep.yaml",
+              "pp": "pp/job-sleep.yaml", "pp-interleaved": "pp/job-interleaved-sleep.yaml",
+              "hybrid": "hybrid/job-sleep.yaml"}
+
+
+@pytest.mark.parametrize("name", SLEEP_JOBS)
+def test_sleep_compute_leaves_the_examples_communication_as_it_is(name, recorded_example):
+    """``--sleep-ms`` changes how long the compute takes, not one op of what the ranks exchange."""
+    _, real = recorded_example(name)
+    job = load_job(EXAMPLES / SLEEP_JOBS[name])
+    assert "--sleep-ms" in job.args
+    walked = launch_ranks(job, LaunchOptions(engine="fake", max_parallel=2, ranks=(2, 5)))
+    assert [r.rank for r in walked] == [2, 5]
+    for record in walked:
+        groups = {g.group_id: g for g in record.groups}
+        diff = compare_comm_sequences(record.rank, real.nodes[record.rank], real.groups, record.nodes, groups)
+        assert diff is None, str(diff)
 
 
 @pytest.mark.parametrize("name", ["ddp", "hybrid", "moe"])
