@@ -1,8 +1,8 @@
-"""Where a rank's step goes, in several graphs of one run: compute, and the time blocked in each
-kind of wait (by the waited op and its group), medians over the measured steps.
+"""Where a rank's step goes, in several graphs of one run: compute, and the time blocked on each
+kind of comm op (by the op and its group), medians over the measured steps.
 
-A rank's step is its compute spans plus its WAIT spans (a synchronous op is waited for too), so
-the rows add up to the step. The real run's graph (``RUN/graph/real``) beside the calibrated one
+A rank's step is its compute spans plus the time it is blocked on comm (an async op's WAIT, a
+synchronous op's span), so the rows add up to the step. The real run's graph (``RUN/graph/real``) beside the calibrated one
 (``RUN/graph/timed``) shows which waits a timed graph makes longer than the real run (session 16:
 hybrid's calibrated "rest" 72–84 ms against 52–56 ms real). Keep the run directories of a
 benchmark with ``--keep``.
@@ -25,20 +25,28 @@ from prism.graph.records import Graph, NodeKind
 def _label(graph: Graph, node) -> str:
     members = graph.groups[node.group_id].ranks if node.group_id in graph.groups else ()
     who = f"peer {node.peer}" if node.kind in (NodeKind.SEND, NodeKind.RECV) else f"group {list(members)}"
-    return f"wait {node.op.value if node.op else node.kind.value} {who}"
+    return f"{'wait' if node.is_async else 'sync'} {node.op.value if node.op else node.kind.value} {who}"
 
 
 def anatomy(graph: Graph, rank: int, skip: int) -> dict[str, float]:
-    """Median ms per measured step (steps after ``skip``) of compute and of each kind of wait."""
+    """Median ms per measured step (steps after ``skip``) of compute and of the time blocked on each
+    kind of comm op: an asynchronous op's WAIT; a synchronous op's own span or its WAIT, whichever is
+    longer (a recording has both, the WAIT inside the op's span; a timed graph's synchronous op
+    blocks the rank for its span and its WAIT takes no time)."""
     nodes = graph.nodes[rank]
-    per_step: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    waited = defaultdict(float)
     for n in nodes:
+        if n.kind is NodeKind.WAIT and 0 <= n.target < len(nodes) and n.duration_ns > 0:
+            waited[n.target] += n.duration_ns / 1e6
+    per_step: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for i, n in enumerate(nodes):
         if n.step < skip or n.duration_ns < 0:
             continue
         if n.kind is NodeKind.COMPUTE:
             per_step[n.step]["compute"] += n.duration_ns / 1e6
-        elif n.kind is NodeKind.WAIT and 0 <= n.target < len(nodes):
-            per_step[n.step][_label(graph, nodes[n.target])] += n.duration_ns / 1e6
+        elif n.is_comm:
+            blocked = waited.get(i, 0.0) if n.is_async else max(waited.get(i, 0.0), n.duration_ns / 1e6)
+            per_step[n.step][_label(graph, n)] += blocked
     steps = sorted(per_step)[:-1] if len(per_step) > 1 else sorted(per_step)  # the last may be cut short
     keys = sorted({k for s in steps for k in per_step[s]})
     return {k: round(statistics.median(per_step[s].get(k, 0.0) for s in steps), 3) for k in keys}
