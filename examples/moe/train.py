@@ -30,9 +30,10 @@ def parse_args():
     p.add_argument("--dim", type=int, default=16)
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--sleep-ms", type=float, default=0.0,
-                   help="also sleep this long in the dense layer's forward and, scaled by the tokens this "
-                        "rank's experts receive over --tokens, in the experts' (twice as long in backward): "
-                        "compute whose time does not depend on the host's cores")
+                   help="also sleep this long before the dense layer (forward only: its input is the data) "
+                        "and, scaled by the tokens this rank's experts receive over --tokens, in the experts' "
+                        "forward, twice that in their backward: compute whose time does not depend on the "
+                        "host's cores")
     return p.parse_args()
 
 
@@ -53,7 +54,8 @@ def setup(args):
 
 class Sleep(torch.autograd.Function):
     """Identity that sleeps ``ms`` in forward and ``2 * ms`` in backward (``--sleep-ms``: compute whose
-    time does not depend on the host's cores)."""
+    time does not depend on the host's cores). On an input that needs no gradient (the first layer's
+    data) autograd never calls the backward: that layer sleeps in forward only."""
 
     @staticmethod
     def forward(ctx, x, ms):

@@ -53,7 +53,8 @@ def setup(args):
 
 class Sleep(torch.autograd.Function):
     """Identity that sleeps ``ms`` in forward and ``2 * ms`` in backward (``--sleep-ms``: compute whose
-    time does not depend on the host's cores)."""
+    time does not depend on the host's cores). On an input that needs no gradient (the first layer's
+    data) autograd never calls the backward: that layer sleeps in forward only."""
 
     @staticmethod
     def forward(ctx, x, ms):
