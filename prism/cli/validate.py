@@ -112,7 +112,8 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
         spread = run_spread([[t / 1e6 for t in g.summaries[r].step_times_ns] for g in (real, *repeats)], skip)
         collected = captured_losses(run, r)
         bitwise = collected is not None and losses_bitwise_equal(row.get("losses", []), collected)
-        rows[r] = {"prism": {**dataclasses.asdict(fid), "losses_bitwise_collected": bitwise, "oom": row["oom"], "diverged_ops": len(row.get("diverged_ops", [])),
+        rows[r] = {"prism": {**dataclasses.asdict(fid), "memory_source": real.summaries[r].memory_source,
+                             "losses_bitwise_collected": bitwise, "oom": row["oom"], "diverged_ops": len(row.get("diverged_ops", [])),
                              "real_time_spread": dataclasses.asdict(spread) if spread else None,
                              "calibrated_ms": cal.report.ranks[r].calibrated_step_ns / 1e6
                              if cal.report.ranks[r].calibrated_steps_ns else None},
@@ -165,6 +166,16 @@ def _unmeasured(c: dict) -> bool:
     return c["emulated_bytes"] < 0 and (not c["real_bytes"] or max(c["real_bytes"]) < 0)
 
 
+def _why_no_measured_peak(memory_source: str) -> str:
+    if memory_source == "cpu.peak_rss":
+        return ("the measured steps' peak was measured on neither side: the job ran with PRISM_MEMORY=rss, whose "
+                "peak (the process's RSS) cannot be reset at the measured steps; compare the whole-run peak, or "
+                "leave PRISM_MEMORY unset for the tracked peaks (docs/emulate.md)")
+    return ("the measured steps' peak was measured on neither side: no step ended while the job ran (its steps "
+            "were found afterwards, from its comm sequence); compare the whole-run peak, or set "
+            "iterations.boundary in the job file (docs/emulate.md)")
+
+
 def _emulated_cell(c: dict) -> str:
     if _unmeasured(c):
         return "— (not measured)"
@@ -205,10 +216,8 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
             c = p["peaks"][k]
             cells[f"{_PEAK_ROWS[k]} (real)"].append(_real_cell(c))
             cells[f"{_PEAK_ROWS[k]} (emulated)"].append(_emulated_cell(c))
-            if _unmeasured(c) and k == "measured" and not any("no step ended" in n for n in notes):
-                notes.append("the measured steps' peak was measured on neither side: no step ended while the job "
-                             "ran (its steps were found afterwards, from its comm sequence); compare the whole-run "
-                             "peak, or set iterations.boundary in the job file (docs/emulate.md)")
+            if _unmeasured(c) and k == "measured" and not any("measured on neither side" in n for n in notes):
+                notes.append(_why_no_measured_peak(p.get("memory_source", "")))
             if c["timing_dependent"]:
                 notes.append(f"rank {r}: its {_PEAK_NOTES[k]} is timing-dependent: {len(c['real_bytes'])} real runs gave "
                              f"{', '.join(_b(b) for b in c['real_bytes'])} (which comm buffers are still in flight "

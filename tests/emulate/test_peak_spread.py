@@ -53,3 +53,27 @@ def test_validate_shows_no_verdict_for_a_peak_neither_side_measured():
     assert "— (not measured)" in text and "70,000 B (OUT of real spread)" in text
     assert text.count("OUT of real spread") == 1
     assert "the measured steps' peak was measured on neither side: no step ended while the job ran" in text
+
+
+def test_validate_names_rss_as_the_reason_when_the_job_ran_with_it():
+    """Under ``PRISM_MEMORY=rss`` every step ends, yet no measured steps' peak exists (RSS cannot be
+    reset): the note names that cause, not missing steps."""
+    import dataclasses
+
+    from rich.console import Console
+
+    from prism.cli.validate import print_validation
+
+    time = {"mean_rel_error": 0.01, "max_rel_error": 0.02, "real_mean_ms": 200.7, "mean_ms": 208.2}
+    peaks = {"measured": dataclasses.asdict(compare_peak(-1, [-1, -1, -1])),
+             "run": dataclasses.asdict(compare_peak(332_746_752, [332_746_752]))}
+    rows = {"1": {"prism": {"signature_match": 1.0, "losses_bitwise_collected": True, "losses_equal": True,
+                            "max_loss_rel_diff": 0.0, "time": time, "peaks": peaks, "memory_source": "cpu.peak_rss"},
+                  "torch_fake": None}}
+    console = Console(record=True, width=250)
+    print_validation({"job": "moe-sleep", "world_size": 4, "sandbox_ranks": [1], "skip_steps": 2,
+                      "ranks": rows, "run_dir": "RUN", "emulation": "EMU"}, console)
+    text = console.export_text()
+    assert "— (not measured)" in text
+    assert "the job ran with PRISM_MEMORY=rss" in text
+    assert "no step ended" not in text
