@@ -40,6 +40,7 @@ __all__ = ["Party", "SandboxParty", "NeighborParty", "recorded_geometry"]
 
 
 class Party(abc.ABC):
+    algo: Algo
     hosted: frozenset[int]
     steps: list[Step]
     dtype: torch.dtype

@@ -113,6 +113,12 @@ class Transport:
         return self.pg.recv([buffer], self._peer(src), tag)
 
     @property
+    def posts_without_blocking(self) -> bool:
+        """Posting a send or a receive never blocks the caller (gloo); NCCL's point-to-point ops on
+        one stream run in the order posted, so a batch of them to several peers can deadlock."""
+        return isinstance(self.pg, dist.ProcessGroupGloo)
+
+    @property
     def _stages_cuda(self) -> bool:
         # gloo moves CPU memory only: CUDA tensors (several sandbox ranks sharing one GPU, where
         # NCCL refuses) travel through host staging buffers.

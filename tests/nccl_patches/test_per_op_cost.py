@@ -93,3 +93,41 @@ def test_a_collectives_traffic_is_its_own_while_another_thread_shares_the_transp
         assert torch.equal(res.output, want)
         assert res.traffic == link_traffic(steps_touching(Algo.RING_ALL_REDUCE, Geometry(2, numel=10), [r]), 4)
     assert t0.traffic()[(0, 1)].num_bytes > results[0].traffic[(0, 1)].num_bytes  # the transport saw both
+
+
+def test_a_direct_all_to_all_over_gloo_posts_every_round_before_it_waits():
+    """gloo's alltoallv posts all its sends and receives before waiting for any, so a peer may take
+    the rounds in any order. Here the peer (group ranks 1-3 on one endpoint) goes through them
+    backwards, one at a time: a sandbox side that waited for round 0's message before posting round
+    1's would never get it (the peer first waits for the last round's)."""
+    n, block = 4, 2
+    sandbox, peer = _endpoints(2)
+    # endpoint 0 hosts group rank 0 (the sandbox rank), endpoint 1 hosts group ranks 1..3
+    sandbox.endpoint_of = peer.endpoint_of = {0: 0, 1: 1, 2: 1, 3: 1}
+    data = torch.arange(n * block, dtype=torch.float32)  # rank 0's input: block k goes to rank k
+    result: dict[str, object] = {}
+
+    def run_sandbox() -> None:
+        result["out"] = run_sandbox_side(sandbox, Algo.DIRECT_ALL_TO_ALL, 0, data, group_size=n, timeout_s=20)
+
+    def play_peer() -> None:
+        got = {}
+        for k in reversed(range(1, n)):  # round k-1: rank 0 sends to rank k, rank n-k sends to rank 0
+            src = n - k
+            send = peer.send(torch.full((block,), float(src)), src, 0, (k - 1) * n + 0)
+            buf = torch.empty(block)
+            assert peer.recv(buf, 0, k, (k - 1) * n + k).wait(datetime.timedelta(seconds=20))
+            got[k] = buf
+            send.wait()
+        result["peer"] = got
+
+    threads = [threading.Thread(target=f) for f in (run_sandbox, play_peer)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=40)
+    assert set(result) == {"out", "peer"}, "the all-to-all did not complete"
+    want = torch.cat([data[:block]] + [torch.full((block,), float(j)) for j in range(1, n)])
+    assert torch.equal(result["out"].output, want)
+    assert {k: v.tolist() for k, v in result["peer"].items()} == {k: data[k * block:(k + 1) * block].tolist()
+                                                                  for k in range(1, n)}
