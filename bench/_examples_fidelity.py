@@ -97,7 +97,8 @@ log = logging.getLogger("bench")
 
 
 def sizes_of(name: str) -> tuple[str, ...]:
-    """The sizes ``name`` runs at: both, or "long" alone when its job file's steps already are."""
+    """The sizes ``name`` has: both, or "long" alone when its job file's steps already are (asked
+    for "default", it runs at "long")."""
     return SIZES if EXAMPLES[name][1] else ("long",)
 
 
@@ -285,7 +286,9 @@ def run_all(names: list[str], sizes: list[str], base: Path, out: Path, *, budget
     """Every (example, size), long sizes first, ``parallel`` jobs at a time, within ``budget_s``;
     progress on stdout."""
     start = time.time()
-    pending = [(n, s) for s in sizes for n in names if s in sizes_of(n)]
+    pending: list[tuple[str, str]] = []
+    for s in sizes:  # an example of one size runs once, at that size, whichever sizes are asked
+        pending += [job for n in names if (job := (n, s if s in sizes_of(n) else sizes_of(n)[0])) not in pending]
     total = len(pending)
     summary = {"benchmark": "emulate_fidelity_examples", "budget_s": budget_s, "parallel": parallel,
                "target": {"mean_abs_rel_error": 0.02, "max_step_rel_error": 0.05, "calibrated_abs_rel_error": 0.02},
