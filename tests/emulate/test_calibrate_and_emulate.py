@@ -102,7 +102,11 @@ def test_emulate_draws_a_gantt_chart_and_analyze_names_the_bubble(calibrated):
     report = emulate_and_report(run, EmulateOptions(ranks=SANDBOX, timeout_s=300))
     assert (report.out_dir / "gantt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     analysis = analyze_target(report.out_dir)
-    # 2 stages x 4 microbatches, stage 1 1.5x slower on both replicas: fill and drain idle
-    assert analysis.report.verdict == "H1"
+    # 2 stages x 4 microbatches, stage 1 1.5x slower on both replicas: fill and drain idle, forced
+    # by the dependencies (H1) whatever the host's load. The verdict is the largest class: H1, or
+    # R1 (late launch) when a loaded host paced the run slower than its program allows (CI, 2 cores).
+    classes = analysis.report.mean_classes_ns()
+    assert classes["H1"] > 0 and analysis.report.largest_hard == "H1"
+    assert analysis.report.verdict in ("H1", "R1"), classes
     assert all(s.lower_bound_ns > 0 and s.chain for s in analysis.report.steps)
     assert {p.name for p in analysis.gantts} == {"gantt-step1.png", "gantt-step2.png"}
