@@ -54,7 +54,10 @@ EXAMPLE_JOBS = {
 @pytest.fixture(scope="session")
 def recorded_example(tmp_path_factory):
     """``recorded_example(name) -> (job, graph)``: a real run of a bundled example (all ranks,
-    gloo), recorded once per test session and shared by every test that needs it."""
+    gloo), recorded once per test session and shared by every test that needs it.
+
+    One tracked run instead of ``prism record``'s two passes: no test times these recordings, and
+    the separate memory pass (tests/sandbox/test_record_passes.py) would double each one."""
     from prism.core.config import load_job
     from prism.sandbox.recording import record_job
 
@@ -64,7 +67,7 @@ def recorded_example(tmp_path_factory):
     def get(name: str):
         if name not in cache:
             job = load_job(EXAMPLE_JOBS[name])
-            cache[name] = (job, record_job(job, root / name), root / name)
+            cache[name] = (job, record_job(job, root / name, memory_pass=False), root / name)
         return cache[name][:2]
 
     get.run_dir = lambda name: (get(name), cache[name][2])[1]

@@ -22,12 +22,10 @@ SANDBOXES = {"hybrid": (2, 5), "pp": (2, 7), "moe": (2, 5)}
 
 
 @pytest.mark.parametrize("name", sorted(SANDBOXES))
-def test_emulated_ranks_equal_the_collected_run_bitwise(name, tmp_path):
+def test_emulated_ranks_equal_the_collected_run_bitwise(name, collected_with_values):
     sandbox = SANDBOXES[name]
-    job = load_job(EXAMPLE_JOBS[name])
-    job = dataclasses.replace(job, values=ValuesPolicy(ranks=",".join(map(str, sandbox))))
-    collected = collect_job(job, tmp_path / "run", CollectOptions(slots=2, timeout_s=600)).graph
-    result = emulate(tmp_path / "run", EmulateOptions(ranks=sandbox, timeout_s=300))
+    run, collected = collected_with_values(name, sandbox)  # hybrid's is test_lanes_path's too
+    result = emulate(run, EmulateOptions(ranks=sandbox, timeout_s=300))
     for r in sandbox:
         got, want = result.ranks[r], collected.summaries[r].losses
         assert got.num_ops == len(collected.comm_nodes(r))

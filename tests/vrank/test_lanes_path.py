@@ -4,26 +4,20 @@ pruned collective run in the replayer), as the ``nccl`` path does between a sand
 assistant GPU. The emulated ranks' losses equal the collected run's bitwise, op counts match, and
 sandbox-only traffic goes nowhere else."""
 
-import dataclasses
 import math
 
 import pytest
 
-from prism.coordinator import CollectOptions, collect_job
-from prism.core.config import ValuesPolicy, load_job
 from prism.core.errors import PrismError
 from prism.core.layout import device_layout
 from prism.vrank_replayer import EmulateOptions, emulate
-from tests.conftest import EXAMPLE_JOBS
 
 
-def _collect_then_emulate_on_lanes(example: str, sandbox: tuple[int, ...], tmp_path, timeout_s: float):
-    """Collect ``example`` with values for ``sandbox``, emulate those ranks on the lanes path; every
-    op of theirs ran, none diverged."""
-    job = load_job(EXAMPLE_JOBS[example])
-    job = dataclasses.replace(job, values=ValuesPolicy(ranks=",".join(map(str, sandbox))))
-    collected = collect_job(job, tmp_path / "run", CollectOptions(slots=2, timeout_s=600)).graph
-    result = emulate(tmp_path / "run", EmulateOptions(ranks=sandbox, timeout_s=timeout_s, device_path="lanes"))
+def _collect_then_emulate_on_lanes(example: str, sandbox: tuple[int, ...], collected_with_values, timeout_s: float):
+    """``example`` collected with values for ``sandbox`` (the session's collection), those ranks
+    emulated on the lanes path; every op of theirs ran, none diverged."""
+    run, collected = collected_with_values(example, sandbox)
+    result = emulate(run, EmulateOptions(ranks=sandbox, timeout_s=timeout_s, device_path="lanes"))
     for r in sandbox:
         assert result.ranks[r].num_ops == len(collected.comm_nodes(r))
         assert result.ranks[r].diverged_ops == ()
@@ -32,11 +26,11 @@ def _collect_then_emulate_on_lanes(example: str, sandbox: tuple[int, ...], tmp_p
 
 @pytest.mark.timeout(900)
 @pytest.mark.slow
-def test_delegated_lanes_reproduce_the_collected_values_bitwise(tmp_path):
+def test_delegated_lanes_reproduce_the_collected_values_bitwise(collected_with_values):
     # hybrid: FSDP2 all-gathers/reduce-scatters, TP all-reduces, pipeline sends/recvs with vrank
     # neighbours (rank 5 is on the last stage, the only one with a loss).
     sandbox = (2, 5)
-    collected, result = _collect_then_emulate_on_lanes("hybrid", sandbox, tmp_path, timeout_s=300)
+    collected, result = _collect_then_emulate_on_lanes("hybrid", sandbox, collected_with_values, timeout_s=300)
     assert result.extra["layout"] == "cpu"
     for r in sandbox:
         got, want = result.ranks[r].losses, collected.summaries[r].losses
@@ -53,12 +47,12 @@ def test_delegated_lanes_reproduce_the_collected_values_bitwise(tmp_path):
 
 @pytest.mark.timeout(900)
 @pytest.mark.slow
-def test_messages_between_two_sandbox_stages_of_a_group_with_vranks(tmp_path):
+def test_messages_between_two_sandbox_stages_of_a_group_with_vranks(collected_with_values):
     # examples/pp, 1F1B, pp 4 x dp 2 (rank = stage * 2 + replica): ranks 0 and 2 are stages 0 and
     # 1 of replica 0, both real. Their activations and gradients go between them, not to the
     # replayer (which serves lanes only), on a group that also has vranks; before the fix the
     # emulation hung until its timeout.
-    collected, _ = _collect_then_emulate_on_lanes("pp", (0, 2), tmp_path, timeout_s=150)
+    collected, _ = _collect_then_emulate_on_lanes("pp", (0, 2), collected_with_values, timeout_s=150)
     peers = {n.peer for n in collected.comm_nodes(0) if n.peer >= 0}
     assert 2 in peers, "the test needs a message between the two sandbox ranks"
 
