@@ -16,6 +16,10 @@ from tests.conftest import EXAMPLE_JOBS
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
+# These tests compare values: one tracked emulation, not a timed one plus a memory pass (which
+# tests/emulate/test_validate_cli.py and test_isolation.py run).
+ONE_PASS = "inline"
+
 # pp (4 stages x dp 2): rank 2 is a middle stage with two virtual pipeline neighbours, rank 7 the
 # last stage (the only one with a loss). hybrid: rank 5 is on the last stage.
 SANDBOXES = {"hybrid": (2, 5), "pp": (2, 7), "moe": (2, 5)}
@@ -25,7 +29,7 @@ SANDBOXES = {"hybrid": (2, 5), "pp": (2, 7), "moe": (2, 5)}
 def test_emulated_ranks_equal_the_collected_run_bitwise(name, collected_with_values):
     sandbox = SANDBOXES[name]
     run, collected = collected_with_values(name, sandbox)  # hybrid's is test_lanes_path's too
-    result = emulate(run, EmulateOptions(ranks=sandbox, timeout_s=300))
+    result = emulate(run, EmulateOptions(ranks=sandbox, timeout_s=300, memory=ONE_PASS))
     for r in sandbox:
         got, want = result.ranks[r], collected.summaries[r].losses
         assert got.num_ops == len(collected.comm_nodes(r))
@@ -44,7 +48,7 @@ def test_a_subset_of_the_collected_values_ranks_emulates_bitwise_from_derived_da
     collected = collect_job(job, tmp_path / "run", CollectOptions(slots=2, timeout_s=600)).graph
     pruned = tmp_path / "run" / "payloads" / "pruned"
     assert not (pruned / "ranks-2_7").exists()
-    result = emulate(tmp_path / "run", EmulateOptions(ranks=(2, 7), timeout_s=300))
+    result = emulate(tmp_path / "run", EmulateOptions(ranks=(2, 7), timeout_s=300, memory=ONE_PASS))
     assert (pruned / "ranks-2_7" / "index.json").is_file()
     for r in (2, 7):
         got, want = result.ranks[r], collected.summaries[r].losses
@@ -64,7 +68,7 @@ def test_nccl_algo_tree_runs_all_reduces_as_the_pruned_tree_with_the_collected_v
     index = json.loads((tmp_path / "run/payloads/pruned/ranks-2_5/index.json").read_text())
     algos = {v["algo"] for k, v in index.items() if k.startswith("c/")}
     assert "tree_all_reduce" in algos and "ring_all_reduce" not in algos, algos
-    result = emulate(tmp_path / "run", EmulateOptions(ranks=(2, 5), timeout_s=300))
+    result = emulate(tmp_path / "run", EmulateOptions(ranks=(2, 5), timeout_s=300, memory=ONE_PASS))
     for r in (2, 5):
         got, want = result.ranks[r], collected.summaries[r].losses
         assert got.diverged_ops == ()

@@ -12,12 +12,16 @@ from prism.core.errors import PrismError
 from prism.core.layout import device_layout
 from prism.vrank_replayer import EmulateOptions, emulate
 
+# These tests compare values: one tracked emulation, not a timed one plus a memory pass (which
+# tests/emulate/test_validate_cli.py and test_isolation.py run).
+ONE_PASS = "inline"
+
 
 def _collect_then_emulate_on_lanes(example: str, sandbox: tuple[int, ...], collected_with_values, timeout_s: float):
     """``example`` collected with values for ``sandbox`` (the session's collection), those ranks
     emulated on the lanes path; every op of theirs ran, none diverged."""
     run, collected = collected_with_values(example, sandbox)
-    result = emulate(run, EmulateOptions(ranks=sandbox, timeout_s=timeout_s, device_path="lanes"))
+    result = emulate(run, EmulateOptions(ranks=sandbox, timeout_s=timeout_s, device_path="lanes", memory=ONE_PASS))
     for r in sandbox:
         assert result.ranks[r].num_ops == len(collected.comm_nodes(r))
         assert result.ranks[r].diverged_ops == ()
