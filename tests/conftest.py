@@ -57,7 +57,7 @@ def recorded_example(tmp_path_factory):
     gloo), recorded once per test session and shared by every test that needs it.
 
     One tracked run instead of ``prism record``'s two passes: no test times these recordings, and
-    the separate memory pass (tests/sandbox/test_record_passes.py) would double each one."""
+    the separate memory pass (tested in tests/sandbox/test_record_passes.py) would double each one."""
     from prism.core.config import load_job
     from prism.sandbox.recording import record_job
 
