@@ -131,3 +131,29 @@ def test_a_direct_all_to_all_over_gloo_posts_every_round_before_it_waits():
     assert torch.equal(result["out"].output, want)
     assert {k: v.tolist() for k, v in result["peer"].items()} == {k: data[k * block:(k + 1) * block].tolist()
                                                                   for k in range(1, n)}
+
+
+@pytest.mark.parametrize("ahead", ["0", "1"])
+def test_a_ring_with_receives_posted_a_step_ahead_keeps_its_values_and_traffic(monkeypatch, ahead):
+    # PRISM_RECV_AHEAD=1 (opt-in): over gloo, step k+1's receives are posted before step k's are
+    # waited for. Four ranks, six ring steps, several of them in flight at once on each link.
+    monkeypatch.setenv("PRISM_RECV_AHEAD", ahead)
+    n = 4
+    transports = _endpoints(n)
+    data = [torch.arange(11, dtype=torch.float32) * (r + 1) for r in range(n)]
+    results: dict[int, object] = {}
+
+    def rank(r: int) -> None:
+        results[r] = run_sandbox_side(transports[r], Algo.RING_ALL_REDUCE, r, data[r], group_size=n,
+                                      reduce_op="sum", tag_base=0, timeout_s=30)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=40)
+    assert set(results) == set(range(n)), "the ring did not complete"
+    want = sum(data)
+    for r in range(n):
+        assert torch.equal(results[r].output, want)
+        assert results[r].traffic == link_traffic(steps_touching(Algo.RING_ALL_REDUCE, Geometry(n, numel=11), [r]), 4)
