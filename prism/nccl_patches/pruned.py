@@ -33,6 +33,10 @@ from .parties import NeighborParty, Party, SandboxParty, recorded_geometry
 from .schedule import Algo, LinkTraffic, Step, neighbor_vranks, steps_touching, vranks_touching
 from .transport import Transport
 
+RECV_AHEAD = os.environ.get("PRISM_RECV_AHEAD") == "1"
+"""Opt-in (``PRISM_RECV_AHEAD=1``, read once at import; a run's ranks and replayer inherit it):
+post a ring step's receives one step ahead over gloo (``_RecvsAhead``)."""
+
 __all__ = [
     "SandboxResult",
     "NeighborResult",
@@ -102,7 +106,7 @@ def start_party(
         groups = [list(party.steps)]
     else:
         groups = [steps for _, steps in _by_step(party.steps)]
-    ahead = 1 if transport.posts_without_blocking and os.environ.get("PRISM_RECV_AHEAD") == "1" else 0
+    ahead = 1 if RECV_AHEAD and transport.posts_without_blocking else 0
     recvs_of = _RecvsAhead(party, transport, n, groups, tag_base, ahead)
     first_sends = _post_sends(party, transport, n, groups[0], tag_base) if groups else []
     if ahead:  # NCCL runs a stream's posted ops in order: a receive posted early could hold others
