@@ -170,12 +170,15 @@ def main() -> int:
                 line += f"  {side} {w:8.2f} ms {100 * (w / pw - 1):+6.1f} % (cpu {c:7.2f} {100 * (c / pc - 1):+6.1f} %)"
         results[name] = row
         print(line, flush=True)
-    out = {"world_size": W, "steps": ns.steps, "warmup": ns.warmup, "repeats": ns.repeats, "label": ns.label,
-           "baseline_tree": str(ns.baseline_tree) if ns.baseline_tree else None,
-           "memory": os.environ.get("PRISM_MEMORY", "tracked"), "host_cpus": os.cpu_count(),
-           "load_average": os.getloadavg(), "examples": results}
-    Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(ns.out).write_text(json.dumps(out, indent=1))
+        # written after every example, so a run cut short by a time limit keeps what it measured
+        out = {"world_size": W, "steps": ns.steps, "warmup": ns.warmup, "repeats": ns.repeats, "label": ns.label,
+               "baseline_tree": str(ns.baseline_tree) if ns.baseline_tree else None,
+               "memory": os.environ.get("PRISM_MEMORY", "tracked"), "host_cpus": os.cpu_count(),
+               "load_average": os.getloadavg(), "examples": results}
+        Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(ns.out).with_suffix(".partial")
+        tmp.write_text(json.dumps(out, indent=1))
+        tmp.replace(ns.out)
     return 0
 
 

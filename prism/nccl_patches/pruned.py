@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime
 import itertools
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -32,10 +31,6 @@ from .compensation import RecordedCollective
 from .parties import NeighborParty, Party, SandboxParty, recorded_geometry
 from .schedule import Algo, LinkTraffic, Step, neighbor_vranks, steps_touching, vranks_touching
 from .transport import Transport
-
-RECV_AHEAD = os.environ.get("PRISM_RECV_AHEAD") == "1"
-"""Opt-in (``PRISM_RECV_AHEAD=1``, read once at import; a run's ranks and replayer inherit it):
-post a ring step's receives one step ahead over gloo (``_RecvsAhead``)."""
 
 __all__ = [
     "SandboxResult",
@@ -94,9 +89,7 @@ def start_party(
     the traffic (``run_party`` is ``start_party(...)()``). A message of the first step depends on
     nothing received, so posting it early changes nothing but when it leaves: a vrank's send goes
     out on the thread that decided it is due, and another thread may wait for it. A direct
-    all-to-all over gloo is one step: all its rounds are posted at once, as gloo's alltoallv does.
-    With ``PRISM_RECV_AHEAD=1``, over gloo, a step's receives are posted one step ahead (see
-    ``_RecvsAhead``; opt-in until measured against the default, docs/emulate.md)."""
+    all-to-all over gloo is one step: all its rounds are posted at once, as gloo's alltoallv does."""
     timeout = datetime.timedelta(seconds=timeout_s)
     if party.algo is Algo.DIRECT_ALL_TO_ALL and transport.posts_without_blocking and party.steps:
         # A direct all-to-all's rounds depend on nothing received, and gloo's own alltoallv posts
@@ -106,11 +99,7 @@ def start_party(
         groups = [list(party.steps)]
     else:
         groups = [steps for _, steps in _by_step(party.steps)]
-    ahead = 1 if RECV_AHEAD and transport.posts_without_blocking else 0
-    recvs_of = _RecvsAhead(party, transport, n, groups, tag_base, ahead)
     first_sends = _post_sends(party, transport, n, groups[0], tag_base) if groups else []
-    if ahead:  # NCCL runs a stream's posted ops in order: a receive posted early could hold others
-        recvs_of.post_through(0)
 
     def finish() -> dict[tuple[int, int], LinkTraffic]:
         # The traffic is this party's own messages, counted here: a diff of the transport's
@@ -119,7 +108,11 @@ def start_party(
         itemsize = party.dtype.itemsize
         for k, steps in enumerate(groups):
             sends = first_sends if k == 0 else _post_sends(party, transport, n, steps, tag_base)
-            recvs = recvs_of.take(k)
+            recvs = []
+            for st in steps:
+                if st.dst in party.hosted:
+                    buf = torch.empty(st.numel, dtype=party.dtype, device=party.device)
+                    recvs.append((st, buf, transport.recv(buf, st.src, st.dst, tag_base + st.tag(n))))
             for st, buf, work in recvs:
                 if not work.wait(timeout):
                     raise PrismError(f"pruned collective: step {st} timed out after {timeout_s}s")
@@ -135,40 +128,6 @@ def start_party(
         return {k: LinkTraffic(b, m) for k, (b, m) in traffic.items()}
 
     return finish
-
-
-class _RecvsAhead:
-    """A party's receives, posted up to ``ahead`` steps before the step that waits for them.
-
-    gloo sends a message's bytes only once the receiver has posted its receive (a NOTIFY_RECV_READY
-    reaches the sender; until then the send is parked, gloo/transport/tcp/pair.cc): a receive
-    posted after the peer's send costs one more message latency and two device-thread wake-ups
-    per ring round. Posting step k+1's receives before waiting for step k's takes that off each
-    round. Only one step ahead, so that a large collective does not hold all its receive buffers
-    at once."""
-
-    def __init__(self, party: Party, transport: Transport, n: int, groups: list[list[Step]], tag_base: int, ahead: int):
-        self._party, self._transport, self._n, self._tag_base = party, transport, n, tag_base
-        self._groups, self._ahead = groups, ahead
-        self._posted: dict[int, list] = {}
-
-    def post_through(self, k: int) -> None:
-        for j in range(k, min(k + self._ahead + 1, len(self._groups))):
-            if j not in self._posted:
-                self._posted[j] = self._post(self._groups[j])
-
-    def take(self, k: int) -> list:
-        self.post_through(k)
-        return self._posted.pop(k)
-
-    def _post(self, steps: list[Step]) -> list:
-        party, recvs = self._party, []
-        for st in steps:
-            if st.dst in party.hosted:
-                buf = torch.empty(st.numel, dtype=party.dtype, device=party.device)
-                work = self._transport.recv(buf, st.src, st.dst, self._tag_base + st.tag(self._n))
-                recvs.append((st, buf, work))
-        return recvs
 
 
 def _post_sends(party: Party, transport: Transport, n: int, steps: list[Step], tag_base: int) -> list:

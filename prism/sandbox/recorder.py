@@ -87,7 +87,8 @@ def _call_site_and_async(default_async: bool) -> tuple[str, bool]:
         kind = _kind_of(frame.f_code)
         if kind == _OUTSIDE:
             return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}", is_async
-        if kind == _C10D and not seen_c10d and "async_op" in frame.f_locals:
+        # f_locals builds a dict of every local (Python 3.11): only where the function has the argument
+        if kind == _C10D and not seen_c10d and "async_op" in frame.f_code.co_varnames and "async_op" in frame.f_locals:
             is_async = bool(frame.f_locals["async_op"])
             seen_c10d = True
         frame = frame.f_back

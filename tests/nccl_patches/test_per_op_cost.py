@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from prism.nccl_patches import Transport, link_traffic, pruned, run_sandbox_side
+from prism.nccl_patches import Transport, link_traffic, run_sandbox_side
 from prism.nccl_patches.schedule import Algo, Geometry, steps_touching
 from prism.nccl_patches.vplan import barrier_record
 
@@ -133,11 +133,9 @@ def test_a_direct_all_to_all_over_gloo_posts_every_round_before_it_waits():
                                                                   for k in range(1, n)}
 
 
-@pytest.mark.parametrize("ahead", ["0", "1"])
-def test_a_ring_with_receives_posted_a_step_ahead_keeps_its_values_and_traffic(monkeypatch, ahead):
-    # PRISM_RECV_AHEAD=1 (opt-in, pruned.RECV_AHEAD): over gloo, step k+1's receives are posted before step k's are
-    # waited for. Four ranks, six ring steps, several of them in flight at once on each link.
-    monkeypatch.setattr(pruned, "RECV_AHEAD", ahead == "1")
+def test_a_four_rank_ring_over_gloo_keeps_its_values_and_traffic():
+    # Four ranks of one ring over real gloo transports, six ring steps: every rank ends with the
+    # sum and counts its own messages.
     n = 4
     transports = _endpoints(n)
     data = [torch.arange(11, dtype=torch.float32) * (r + 1) for r in range(n)]
