@@ -1,8 +1,9 @@
 """Config what-ifs of PrismLLM's Table 1 (issue #13 item 3): emulate a config change of the sandbox
 ranks from the UNCHANGED recording, and compare with real runs of the changed job.
 
-The job (tests/assets/jobs/ddp_cfg): examples/ddp at W=2 (a 4-block MLP, dim 256, hidden 1024,
-batch 128, one 25 MB gradient bucket), 6 steps (1 warm-up). It is recorded and calibrated
+The job (tests/assets/jobs/ddp_cfg, ``--job``): examples/ddp at W=2 (a 4-block MLP, one 25 MB
+gradient bucket), 6 steps (1 warm-up); ``ddp_cfg_sleep`` is the same with sleep compute, whose time
+the host's cores do not move (docs/whatif.md). It is recorded and calibrated
 unchanged; then rank 1 (the sandbox) runs with one change while vrank 0 keeps the recording:
 
 * ``recompute``: activation recomputation (``--env DDP_RECOMPUTE=1``: torch.utils.checkpoint on
@@ -27,6 +28,7 @@ emulated sandbox rank only with the replayer. The host's 1-minute load average i
 case.
 
     python bench/config_whatif.py                 # → bench/results/config_whatif.json
+    python bench/config_whatif.py --job tests/assets/jobs/ddp_cfg_sleep/job.yaml   # sleep compute
     python bench/config_whatif.py --cases recompute --repeats 1
     python bench/config_whatif.py --duet          # a VM whose CPU speed drifts (the 16-core machine)
 
@@ -214,13 +216,13 @@ def peak_verdict(reals: list[dict], emus: list[dict], key: str) -> dict:
             "in_spread": all(lo[i] <= v[i] <= hi[i] for v in emu for i in range(len(v)))}
 
 
-def write_summary(out: Path, job: JobConfig, sandbox: tuple[int, ...], repeats: int, settings: dict,
+def write_summary(out: Path, job_path: Path, job: JobConfig, sandbox: tuple[int, ...], repeats: int, settings: dict,
                   results: dict) -> dict:
     # the question the emulation answers is "rank(s) S changed, the rest as recorded": the real run
     # with the change on the sandbox ranks only; for "none" that is the unchanged job
     primary = {name: r["real"]["sandbox"] if "sandbox" in r["real"] else r["real"]["all"]
                for name, r in results.items()}
-    summary = {"benchmark": "config_whatif", "job": str(JOB.relative_to(ROOT)), "sandbox": list(sandbox),
+    summary = {"benchmark": "config_whatif", "job": str(job_path.resolve().relative_to(ROOT)), "sandbox": list(sandbox),
                "world_size": job.world_size, "args": list(job.args), "repeats": repeats, "settings": settings,
                "cpus": os.cpu_count(), "target_abs_error": TARGET, "cases": results,
                "time_met_sandbox_only": all(x["time_met"] for x in primary.values()),
@@ -234,6 +236,9 @@ def write_summary(out: Path, job: JobConfig, sandbox: tuple[int, ...], repeats: 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--job", type=Path, default=JOB,
+                   help="the job (examples/ddp with its DDP_* knobs); tests/assets/jobs/ddp_cfg_sleep/job.yaml has "
+                        "sleep compute, whose time the host's cores do not move")
     p.add_argument("--cases", default="none,recompute,offload,offload_optimizer,matmul64")
     p.add_argument("--ranks", default="1", help="sandbox ranks")
     p.add_argument("--repeats", type=int, default=3, help="real runs and emulations per case")
@@ -254,7 +259,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     console = Console()
     sandbox = tuple(int(r) for r in ns.ranks.split(","))
-    job = load_job(JOB)
+    job = load_job(ns.job)
     table = cases(job, sandbox)
     results = {}
     settings = {"calibration_repeats": ns.calibration_repeats, "memory": "pass" if ns.memory_pass else "inline",
@@ -309,7 +314,7 @@ def main() -> None:
                     "measured_peak": peak_verdict(runs, emus, "measured_peak_bytes"),
                     "whole_run_peak": peak_verdict(runs, emus, "peak_bytes")}
             results[name] = res
-            write_summary(Path(ns.out), job, sandbox, ns.repeats, settings, results)  # a cut-short run keeps its cases
+            write_summary(Path(ns.out), ns.job, job, sandbox, ns.repeats, settings, results)  # a cut-short run keeps its cases
     out_table = Table(title=f"config what-ifs on ranks {list(sandbox)} of {job.name} (W={job.world_size}), "
                             "from the unchanged recording; real runs with the change on every rank / on the "
                             "sandbox ranks only")
@@ -331,7 +336,7 @@ def main() -> None:
                           ", ".join(verdict(x["whole_run_peak"]) for x in rv.values()),
                           f"{r['load_average'][0]:.1f}–{r['load_average'][1]:.1f}")
     console.print(out_table)
-    summary = write_summary(Path(ns.out), job, sandbox, ns.repeats, settings, results)
+    summary = write_summary(Path(ns.out), ns.job, job, sandbox, ns.repeats, settings, results)
     out = Path(ns.out)
     console.print(f"{out}: time {'met' if summary['time_met_sandbox_only'] else 'NOT met'} (sandbox only), "
                   f"{'met' if summary['time_met_all_ranks'] else 'NOT met'} (every rank), "

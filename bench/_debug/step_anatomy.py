@@ -8,6 +8,10 @@ hybrid's calibrated "rest" 72–84 ms against 52–56 ms real). Keep the run dir
 benchmark with ``--keep``.
 
     python bench/_debug/step_anatomy.py --ranks 2,5 --skip 2 RUN/graph/real RUN/graph/timed [--json OUT]
+    python bench/_debug/step_anatomy.py --ranks 2,5 --skip 2 RUN/graph/timed RUN/emulations/<id>
+
+A directory without a graph manifest is read as an emulation's (``load_emulation``): beside the
+run's timed graph it shows what the emulation adds to its own timed graph, per kind of wait.
 """
 
 from __future__ import annotations
@@ -17,9 +21,16 @@ import json
 import statistics
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 from prism.graph.io import read_graph
 from prism.graph.records import Graph, NodeKind
+from prism.vrank_replayer.emulate_report import load_emulation
+
+
+def read_graph_or_emulation(path: str) -> Graph:
+    """A graph directory, or an emulation's (RUN/emulations/<id>: its sandbox ranks' own nodes)."""
+    return read_graph(path) if (Path(path) / "manifest.pb").is_file() else load_emulation(path)
 
 
 def _label(graph: Graph, node) -> str:
@@ -59,9 +70,10 @@ def main() -> int:
     p.add_argument("--skip", type=int, default=1, help="warm-up steps left out")
     p.add_argument("--json", help="also write the table here")
     ns = p.parse_args()
-    graphs = {g: read_graph(g) for g in ns.graphs}
+    ranks = [int(r) for r in ns.ranks.split(",")]
+    graphs = {g: read_graph_or_emulation(g) for g in ns.graphs}
     table = {}
-    for rank in (int(r) for r in ns.ranks.split(",")):
+    for rank in ranks:
         rows = {g: anatomy(graph, rank, ns.skip) for g, graph in graphs.items() if rank in graph.nodes}
         keys = sorted({k for r in rows.values() for k in r}, key=lambda k: (k != "compute", k))
         print(f"rank {rank}: ms per step, median over steps >= {ns.skip}")
