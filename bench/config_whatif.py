@@ -216,13 +216,19 @@ def peak_verdict(reals: list[dict], emus: list[dict], key: str) -> dict:
             "in_spread": all(lo[i] <= v[i] <= hi[i] for v in emu for i in range(len(v)))}
 
 
+def _shown(path: Path) -> str:
+    """The job's path relative to the checkout when it lies inside it."""
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def write_summary(out: Path, job_path: Path, job: JobConfig, sandbox: tuple[int, ...], repeats: int, settings: dict,
                   results: dict) -> dict:
     # the question the emulation answers is "rank(s) S changed, the rest as recorded": the real run
     # with the change on the sandbox ranks only; for "none" that is the unchanged job
     primary = {name: r["real"]["sandbox"] if "sandbox" in r["real"] else r["real"]["all"]
                for name, r in results.items()}
-    summary = {"benchmark": "config_whatif", "job": str(job_path.resolve().relative_to(ROOT)), "sandbox": list(sandbox),
+    summary = {"benchmark": "config_whatif", "job": _shown(job_path), "sandbox": list(sandbox),
                "world_size": job.world_size, "args": list(job.args), "repeats": repeats, "settings": settings,
                "cpus": os.cpu_count(), "target_abs_error": TARGET, "cases": results,
                "time_met_sandbox_only": all(x["time_met"] for x in primary.values()),
