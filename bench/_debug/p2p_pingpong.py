@@ -5,17 +5,62 @@ under a plain launch vs ``prism record``, i.e. the recorder's cost per P2P messa
 
 Under ``prism record`` give it a job file (W=2) and ``PINGPONG_OUT=FILE``: rank 0 appends its line
 there. ``--own-group``: over a ProcessGroupGloo built as prism's passthrough engine builds one.
+
+``--python-pg MODE`` (plain launch): the floor of a Python process group over gloo, a
+``dist.ProcessGroup`` subclass of a few lines registered as the default backend that forwards
+send/recv to a ProcessGroupGloo. ``direct`` returns gloo's work; ``syncwrap`` waits in the caller and
+returns a Python ``Work`` over a completed future; ``future`` has a thread per stream wait and
+complete the future, as prism's passthrough engine does for gloo send/recv (docs/emulate.md,
+"Session 21: the ping-pong on 16 cores").
 """
-import argparse, os, time
+import argparse, datetime, os, queue, threading, time
 import torch, torch.distributed as dist
 
 p = argparse.ArgumentParser(); p.add_argument("--iters", type=int, default=2000); p.add_argument("--numel", type=int, default=1024)
 p.add_argument("--own-group", action="store_true", help="over a ProcessGroupGloo built as prism's passthrough builds one")
+p.add_argument("--python-pg", choices=["direct", "syncwrap", "future"], default=None,
+               help="through a minimal Python process group over gloo (plain launch only)")
 a = p.parse_args()
-dist.init_process_group("gloo")
+
+
+class FutureWork(dist.Work):
+    def __init__(self, f): super().__init__(); self.f = f
+    def wait(self, timeout=None): self.f.wait(); return True
+    def get_future(self): return self.f
+
+
+class PythonGroup(dist.ProcessGroup):
+    def __init__(self, store, rank, size, mode):
+        super().__init__(rank, size)
+        self.g = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, datetime.timedelta(seconds=60))
+        self.mode, self.queues = mode, {}
+    def getBackendName(self): return "pingpong"
+    def _stream(self, key):
+        q = self.queues.get(key)
+        if q is None:
+            q = self.queues[key] = queue.SimpleQueue()
+            def loop():
+                while True:
+                    w, f = q.get(); w.wait(); f.set_result(None)
+            threading.Thread(target=loop, daemon=True).start()
+        return q
+    def _wrap(self, w, key):
+        if self.mode == "direct": return w
+        f = torch.futures.Future()
+        if self.mode == "syncwrap": w.wait(); f.set_result(None)
+        else: self._stream(key).put((w, f))
+        return FutureWork(f)
+    def send(self, t, dst, tag=0): return self._wrap(self.g.send(t, dst, tag), ("s", dst))
+    def recv(self, t, src, tag=0): return self._wrap(self.g.recv(t, src, tag), ("r", src))
+    def barrier(self, opts=None): return self.g.barrier(dist.BarrierOptions())
+
+
+if a.python_pg:
+    dist.Backend.register_backend("pingpong", lambda common, _opts: PythonGroup(
+        common.store, common.group_rank, common.group_size, a.python_pg), extended_api=True, devices=["cpu"])
+dist.init_process_group("pingpong" if a.python_pg else "gloo")
 r = dist.get_rank(); t = torch.zeros(a.numel)
 if a.own_group:
-    import datetime
     store = dist.distributed_c10d._get_default_store()
     pg = dist.ProcessGroupGloo(dist.PrefixStore("own/", store), r, 2, datetime.timedelta(seconds=60))
     dist.send = lambda t, dst: pg.send([t], dst, 0).wait()
