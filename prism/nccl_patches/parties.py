@@ -29,6 +29,7 @@ from .compensation import (
     add_deviation,
     bits_equal,
     matches_record,
+    same_bits,
     deviation,
     finish_deviation,
     merge_deviations,
@@ -52,6 +53,14 @@ class Party(abc.ABC):
     @abc.abstractmethod
     def incoming(self, step: Step, value: torch.Tensor) -> None: ...
 
+    def recv_buffer(self, step: Step) -> torch.Tensor:
+        """Where the message of ``step`` (received by a hosted rank) is received."""
+        return torch.empty(step.numel, dtype=self.dtype, device=self.device)
+
+    def in_flight(self) -> None:  # noqa: B027 - a hook: most parties have nothing to do there
+        """Work that needs no message: a driver calls it once, after posting the first step's
+        messages and before receiving any, so it runs while they are in flight."""
+
 
 def _offsets(splits: Sequence[int], row_numel: int) -> list[int]:
     out = [0]
@@ -66,6 +75,12 @@ class SandboxParty(Party):
     ``data`` is the rank's input (all-reduce, reduce-scatter: the whole input; all-gather: its
     piece; broadcast: the root's tensor or, elsewhere, a buffer of the right size; all-to-all: the
     input whose dim 0 is split by ``in_splits``; send/recv: the message or the receive buffer).
+
+    ``out`` (ring all-reduce and all-gather): a flat contiguous tensor of the output's size that the
+    result is built in, and that :meth:`output` returns: the finished chunks are received into it,
+    as gloo's ring receives into the op's output, rather than gathered and copied at the end. It
+    may be ``data`` itself for an all-reduce (in place): a ring folds every chunk of its own input
+    before the first finished chunk arrives.
     """
 
     def __init__(
@@ -82,6 +97,7 @@ class SandboxParty(Party):
         in_splits: Sequence[int] | None = None,
         out_splits: Sequence[int] | None = None,
         recorded: RecordedCollective | None = None,
+        out: torch.Tensor | None = None,
     ) -> None:
         n = group_size
         self.algo, self.rank, self.n, self.op = algo, rank, n, reduce_op
@@ -91,9 +107,8 @@ class SandboxParty(Party):
         flat = data.reshape(-1)
         self.own = flat * premul if reduce_op == "premul_sum" else flat
         self.recorded = recorded
-        self.diverged = recorded is not None and rank in recorded.inputs and (
-            not matches_record(flat, recorded.inputs[rank]) or not bool(bits_equal(flat, recorded.inputs[rank]).all())
-        )
+        self._flat = flat
+        self._diverged: bool | None = None
         self._acc: dict[int, torch.Tensor] = {}
         self._full: dict[int, torch.Tensor] = {}
         self._blocks: dict[int, torch.Tensor] = {}
@@ -115,8 +130,17 @@ class SandboxParty(Party):
             def block_numel(src: int, dst: int) -> int:
                 return (self.in_splits[dst] if src == rank else self.out_splits[src]) * self.row_numel
 
+        self._out = out if algo in (Algo.RING_ALL_REDUCE, Algo.RING_ALL_GATHER) and n > 1 else None
+        if self._out is not None:
+            want = numel * (n if algo is Algo.RING_ALL_GATHER else 1)
+            assert self._out.dim() == 1 and self._out.numel() == want and self._out.is_contiguous(), \
+                f"{algo.value}: output buffer of {self._out.numel()} elements for {want}"
         if algo is Algo.RING_ALL_GATHER:
             self._full[rank] = flat
+            if self._out is not None:
+                mine = self._out[rank * numel : (rank + 1) * numel]
+                if mine.data_ptr() != flat.data_ptr():
+                    mine.copy_(flat)
         elif algo is Algo.CHAIN_BROADCAST and rank == root:
             self._full[0] = flat
         geometry = Geometry(n, numel, root, peer, block_numel)
@@ -124,9 +148,38 @@ class SandboxParty(Party):
 
     # ----------------------------------------------------------------------------- steps
 
+    def in_flight(self) -> None:
+        # The divergence check compares the whole input with the record (20-150 µs for 512 KiB):
+        # here it overlaps the first messages' transfer instead of delaying the first send. It
+        # must run before a result lands in an input that is also the output (in place).
+        if self._diverged is None:
+            rec, flat = self.recorded, self._flat
+            self._diverged = rec is not None and self.rank in rec.inputs and (
+                not matches_record(flat, rec.inputs[self.rank]) or not same_bits(flat, rec.inputs[self.rank]))
+
+    @property
+    def diverged(self) -> bool:
+        """The rank's input differs from the recorded one."""
+        self.in_flight()
+        assert self._diverged is not None
+        return self._diverged
+
     def _chunk(self, t: torch.Tensor, c: int) -> torch.Tensor:
         lo, hi = self.bounds[c]
         return t[lo:hi]
+
+    def _out_chunk(self, c: int) -> torch.Tensor:
+        """Chunk ``c`` of the result in ``out`` (all-gather: rank c's piece)."""
+        assert self._out is not None
+        if self.algo is Algo.RING_ALL_GATHER:
+            m = self._out.numel() // self.n
+            return self._out[c * m : (c + 1) * m]
+        return self._chunk(self._out, c)
+
+    def recv_buffer(self, step: Step) -> torch.Tensor:
+        if self._out is not None and step.phase is Phase.GATHER:
+            return self._out_chunk(step.chunk)
+        return super().recv_buffer(step)
 
     def outgoing(self, step: Step) -> torch.Tensor:
         c = step.chunk
@@ -148,9 +201,14 @@ class SandboxParty(Party):
             acc = combine(value, self._chunk(self.own, c), self.op)
             if step.completes:
                 self._full[c] = finish(acc, self.op, self.n)
+                if self._out is not None:
+                    self._full[c] = self._out_chunk(c).copy_(self._full[c])
             else:
                 self._acc[c] = acc
         elif step.phase is Phase.GATHER:
+            if self._out is not None:
+                slot = self._out_chunk(c)
+                value = slot if slot.data_ptr() == value.data_ptr() else slot.copy_(value)  # received elsewhere
             self._full[c] = value
         elif step.phase is Phase.UP:
             self._tree_acc = combine(self._tree_total(), value, self.op)
@@ -188,6 +246,8 @@ class SandboxParty(Party):
         a, n, r = self.algo, self.n, self.rank
         if n == 1:
             return finish(self.own.clone(), self.op, 1) if a.reduces else self.own.clone()
+        if self._out is not None:
+            return self._out
         if a in (Algo.RING_ALL_REDUCE, Algo.RING_ALL_GATHER):  # empty chunks have no steps
             return torch.cat([self._full.get(c, self.own.new_empty(0)) for c in range(n)])
         if a is Algo.RING_REDUCE_SCATTER:
@@ -249,6 +309,14 @@ class NeighborParty(Party):
         self._dev: dict[int, torch.Tensor | None] = {}  # ring: chunk -> latest deviation seen
         self._seen_full: dict[int, torch.Tensor] = {}  # chunk -> a real value a sandbox forwarded
         self._tree_dev: dict[int, torch.Tensor | None] = {}  # sandbox node -> deviation of its subtree
+        # The recorded partials the steps send or compare with are derived now, before the vranks are
+        # due (the replayer builds the party ahead): on the step itself the derivation would sit
+        # between a sandbox message's arrival and the vrank's answer to it.
+        for st in self.steps:
+            if st.phase is Phase.REDUCE:
+                self.values.ring_partial(st.src, st.chunk)
+            elif st.phase is Phase.UP:
+                self.values.tree_partial(st.src)
 
     # ----------------------------------------------------------------------------- send
 

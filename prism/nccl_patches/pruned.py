@@ -111,8 +111,10 @@ def start_party(
             recvs = []
             for st in steps:
                 if st.dst in party.hosted:
-                    buf = torch.empty(st.numel, dtype=party.dtype, device=party.device)
+                    buf = party.recv_buffer(st)
                     recvs.append((st, buf, transport.recv(buf, st.src, st.dst, tag_base + st.tag(n))))
+            if k == 0:
+                party.in_flight()
             for st, buf, work in recvs:
                 if not work.wait(timeout):
                     raise PrismError(f"pruned collective: step {st} timed out after {timeout_s}s")
@@ -165,15 +167,17 @@ def run_sandbox_side(
     in_splits: Sequence[int] | None = None,
     out_splits: Sequence[int] | None = None,
     recorded: RecordedCollective | None = None,
+    out: torch.Tensor | None = None,
     tag_base: int = 0,
     timeout_s: float = 120.0,
 ) -> SandboxResult:
     """Run group rank ``rank``'s real steps of ``algo`` with its real ``data`` (see
     :class:`SandboxParty` for what ``data`` is per op). ``recorded`` is needed only for the tree's
-    root selection and for the divergence flag; the ring steps themselves need nothing recorded."""
+    root selection and for the divergence flag; the ring steps themselves need nothing recorded.
+    ``out``: where the result is built (:class:`SandboxParty`)."""
     party = SandboxParty(
         algo, rank, data, group_size=group_size, reduce_op=reduce_op, root=root, peer=peer,
-        premul=premul, in_splits=in_splits, out_splits=out_splits, recorded=recorded,
+        premul=premul, in_splits=in_splits, out_splits=out_splits, recorded=recorded, out=out,
     )
     traffic = run_party(party, transport, group_size, tag_base=tag_base, timeout_s=timeout_s)
     return SandboxResult(party.output(), party.diverged, traffic)
@@ -204,6 +208,8 @@ def run_in_process(parties: Sequence[Party]) -> dict[tuple[int, int], LinkTraffi
             owner[r] = p
     known = {id(p): set(p.steps) for p in parties}
     steps = sorted({st for p in parties for st in p.steps}, key=lambda s: (s.t, s.src, s.dst))
+    for p in parties:
+        p.in_flight()
     traffic: dict[tuple[int, int], LinkTraffic] = {}
     for _, group in _by_step(steps):
         messages = []

@@ -36,10 +36,10 @@ from prism.graph.records import CommOp, Node
 from prism.nccl_patches import neighbor_ranks, pruned_steps
 from prism.nccl_patches.compensation import (
     RecordedCollective,
-    bits_equal,
     describe,
     matches_record,
     recorded_on_another_path,
+    same_bits,
 )
 from prism.nccl_patches.ipc_lane import IpcLane, same_gpu
 from prism.nccl_patches.linkmodel import LinkModel, probe_time
@@ -372,7 +372,7 @@ def _recorded_outputs(rec: RecordedCollective, op: CommOp, sb: list[int], root: 
         if data is None:
             continue
         want = rec.inputs.get(g)
-        if want is None or not matches_record(data, want) or not bool(bits_equal(data, want).all()):
+        if want is None or not matches_record(data, want) or not same_bits(data, want):
             return None
     outs = {}
     for g in sb:

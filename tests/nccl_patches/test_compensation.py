@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prism.core.errors import PrismError
-from prism.nccl_patches.compensation import record_for_sandbox
+from prism.nccl_patches.compensation import bits_equal, record_for_sandbox, same_bits
 from prism.nccl_patches.parties import NeighborParty, SandboxParty
 from prism.nccl_patches.pruned import neighbor_ranks, run_in_process
 from prism.nccl_patches.reduction import chunk_bounds, reduce_chunk, ring_order, ring_reduce
@@ -278,3 +278,60 @@ def test_a_message_posted_directly_carries_the_tag_of_its_p2p_step(seq, part, n,
     # The live engine posts send/recv without the step machine; the replayer's side runs it.
     (step,) = steps_touching(Algo.P2P, Geometry(n, 8, src, dst), [src])
     assert p2p_tag(seq, part, n, src, dst) == p2p_tag_base(seq, part, n, src) + step.tag(n)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64,
+                                   torch.int8, torch.bool])
+def test_same_bits_is_bitwise_equality_of_every_element(dtype):
+    base = (torch.arange(-50, 50) % 7).to(dtype)
+    assert same_bits(base, base.clone())
+    assert same_bits(base.reshape(10, 10), base.clone())  # shapes differ, elements do not
+    other = base.clone()
+    other[63] = ~other[63] if dtype is torch.bool else other[63] + 1
+    assert not same_bits(other, base)
+    assert bool(bits_equal(other, base).all()) == same_bits(other, base)
+
+
+def test_same_bits_tells_signed_zeros_and_nan_payloads_apart_as_bits_equal_does():
+    zeros, neg = torch.zeros(4), torch.tensor([0.0, -0.0, 0.0, 0.0])
+    assert not same_bits(neg, zeros)
+    nan = torch.full((4,), float("nan"))
+    assert same_bits(nan, nan.clone())
+    payload = nan.clone()
+    payload.view(torch.int32)[2] += 1  # still a NaN, another bit pattern
+    assert torch.isnan(payload).all() and not same_bits(payload, nan)
+    assert same_bits(torch.empty(0), torch.empty(0))
+    with pytest.raises(PrismError, match=r"float64\[4\] but the recorded one is float32\[4\]"):
+        same_bits(zeros.double(), zeros)
+
+
+@pytest.mark.parametrize("algo", [Algo.RING_ALL_REDUCE, Algo.RING_ALL_GATHER])
+@pytest.mark.parametrize("numel", [3, 37])
+@pytest.mark.parametrize("sandbox", [(1,), (0, 1, 2), (2, 3, 5)])
+def test_a_ring_built_in_the_output_buffer_gives_the_same_bits_there(algo, numel, sandbox):
+    n = 6
+    reduce_op = "sum" if algo is Algo.RING_ALL_REDUCE else ""
+    inputs = [torch.randn(numel, generator=torch.Generator().manual_seed(r)) for r in range(n)]
+    actual = [t + 1 if r == sandbox[-1] else t.clone() for r, t in enumerate(inputs)]  # one rank diverges
+    rec = record_for_sandbox(inputs, algo, reduce_op, sandbox)
+
+    def run_ring(in_place):
+        parties, buffers = {}, {}
+        for s in sandbox:
+            data = actual[s].clone()
+            if in_place:  # all-reduce: the input itself; all-gather: an output holding garbage
+                buffers[s] = data if algo is Algo.RING_ALL_REDUCE else torch.full((n * numel,), float("nan"))
+            parties[s] = SandboxParty(algo, s, data, group_size=n, reduce_op=reduce_op, recorded=rec,
+                                      out=buffers.get(s))
+        run_in_process([*parties.values(), NeighborParty(rec, neighbor_ranks(rec))])
+        for s, p in parties.items():  # checked on the input as given, before the result replaced it
+            assert p.diverged == (s == sandbox[-1]), f"rank {s}"
+        return {s: p.output() for s, p in parties.items()}, buffers
+
+    copied, _ = run_ring(False)
+    built, buffers = run_ring(True)
+    for s in sandbox:
+        assert built[s] is buffers[s], f"rank {s}: the result is not the given buffer"
+        assert bool(bits_equal(built[s], copied[s]).all()), f"rank {s}: another result in place"
+        if algo is Algo.RING_ALL_GATHER:
+            assert bool(bits_equal(built[s], torch.cat(actual)).all()), f"rank {s}"

@@ -52,7 +52,7 @@ from prism.core.errors import MismatchError, PrismError
 from prism.core.layout import DEVICE_DATA_PATHS
 from prism.graph.records import CommOp
 from prism.nccl_patches import run_sandbox_side
-from prism.nccl_patches.compensation import bits_equal, describe, matches_record, recorded_on_another_path
+from prism.nccl_patches.compensation import describe, matches_record, recorded_on_another_path, same_bits
 from prism.nccl_patches.parties import SandboxParty
 from prism.nccl_patches.recorded_store import RecordedStore, collective_key, p2p_key, write_capture
 from prism.nccl_patches.vplan import (
@@ -365,7 +365,7 @@ class LiveEngine(CommEngine):
                         rec = self._recorded.get(self._key(req, i))
                         mine = rec.inputs.get(posted.group_rank) if rec is not None else None
                         diverged |= mine is not None and (not matches_record(buf.reshape(-1), mine)
-                                                          or not bool(bits_equal(buf.reshape(-1), mine).all()))
+                                                          or not same_bits(buf, mine))
             for work in posted.works:
                 if not work.wait(timeout):
                     raise PrismError(f"rank {self.rank}: {req.op.value} on group {req.group.group_id} "
@@ -435,7 +435,7 @@ class LiveEngine(CommEngine):
             # The record names the algorithm the collector chose (NCCL_ALGO=Tree: a tree all-reduce).
             algo = rec.algo if rec is not None and req.op is CommOp.ALL_REDUCE else part.algo
             res = run_sandbox_side(transport, algo, me, part.data, recorded=rec, tag_base=tag_base,
-                                   timeout_s=self.timeout_s, **kw)
+                                   out=_result_buffer(req, i, part.data, outputs), timeout_s=self.timeout_s, **kw)
             outs.append(res.output)
             diverged |= res.diverged
             num_bytes += sum(t.num_bytes for t in res.traffic.values())
@@ -525,7 +525,21 @@ class LiveEngine(CommEngine):
             t.close()
 
 
+def _result_buffer(req: CommRequest, part: int, data: torch.Tensor, outputs: list[torch.Tensor]) -> torch.Tensor | None:
+    """Where part ``part``'s ring builds its result: the op's own output, as the real backend
+    writes it (an all-reduce in place in its input; a flat all-gather in its output), so no result
+    is gathered and copied after the op; None where the result is copied out after."""
+    if req.op is CommOp.ALL_REDUCE and data.is_contiguous():
+        return data
+    if req.op is CommOp.ALL_GATHER and req.flat and outputs[part].is_contiguous() and outputs[part].dtype == data.dtype:
+        return outputs[part].detach().reshape(-1)
+    return None
+
+
 def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    if src.data_ptr() == dst.data_ptr() and src.numel() == dst.numel() and dst.is_contiguous() \
+            and src.device == dst.device and src.dtype == dst.dtype:
+        return  # the ring built the result in place
     dst.copy_(src.reshape(dst.shape))
 
 
