@@ -82,15 +82,22 @@ def algo_for(op: CommOp, *, tree: bool = False) -> Algo:
 # ------------------------------------------------------------------------- deviation algebra
 
 
-def bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Elementwise bitwise equality (NaN equals the same NaN; -0.0 differs from 0.0). Recorded
-    values ``b`` live on the host, a sandbox rank's ``a`` may be on its device: compare on the host,
-    since a device copy of the record (or the result) would count in the rank's allocator peak."""
+def _as_bits(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``a`` and ``b`` on ``b``'s device, floats viewed as integers of their width, so that ``==``
+    compares bits; an error naming both when they differ in size or dtype."""
     if a.numel() != b.numel() or a.dtype != b.dtype:
         raise PrismError(f"the value is {_describe(a)} but the recorded one is {_describe(b)}")
     a = a.to(b.device)
     view = _BIT_VIEW.get(a.dtype)
-    return a.view(view) == b.view(view) if view is not None else a == b
+    return (a.view(view), b.view(view)) if view is not None else (a, b)
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise bitwise equality (NaN equals the same NaN; -0.0 differs from 0.0). Recorded
+    values ``b`` live on the host, a sandbox rank's ``a`` may be on its device: compare on the host,
+    since a device copy of the record (or the result) would count in the rank's allocator peak."""
+    a, b = _as_bits(a, b)
+    return a == b
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -98,11 +105,8 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     comparison of memory: on the host through NumPy, which compares 512 KiB in ~20 µs where the
     elementwise mask and its reduction take ~140 µs. A sandbox rank's divergence check and a vrank's
     deviation of each received chunk run it on the op's critical path."""
-    if a.numel() != b.numel() or a.dtype != b.dtype:
-        raise PrismError(f"the value is {_describe(a)} but the recorded one is {_describe(b)}")
-    a, b = a.to(b.device).reshape(-1), b.reshape(-1)
-    view = _BIT_VIEW.get(a.dtype, torch.uint8 if a.dtype is torch.bool else a.dtype)
-    a, b = a.view(view), b.view(view)
+    a, b = _as_bits(a.detach(), b.detach())  # a message may require grad; NumPy refuses those
+    a, b = a.reshape(-1), b.reshape(-1)
     if a.device.type == "cpu":
         try:
             return bool(np.array_equal(a.numpy(), b.numpy()))

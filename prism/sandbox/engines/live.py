@@ -529,7 +529,7 @@ def _result_buffer(req: CommRequest, part: int, data: torch.Tensor, outputs: lis
     """Where part ``part``'s ring builds its result: the op's own output, as the real backend
     writes it (an all-reduce in place in its input; a flat all-gather in its output), so no result
     is gathered and copied after the op; None where the result is copied out after."""
-    if req.op is CommOp.ALL_REDUCE and data.is_contiguous():
+    if req.op is CommOp.ALL_REDUCE:  # data is the input's flat view, or its contiguous copy
         return data
     if req.op is CommOp.ALL_GATHER and req.flat and outputs[part].is_contiguous() and outputs[part].dtype == data.dtype:
         return outputs[part].detach().reshape(-1)
