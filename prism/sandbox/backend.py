@@ -89,6 +89,24 @@ def reduce_op_name(op: object) -> str:
     return name.lower()
 
 
+def _value_or_raise(future: torch.futures.Future):
+    """A child's callback for a C++ consumer (DDP's reducer) of an engine's Python future. Python's
+    ``set_exception`` stores the exception as the future's value, which C++ reads as the op's
+    tensors (the reducer's ``extractTensors()[0]`` of an exception object: the rank segfaults, its
+    log empty). Raising here fails the child as a C++ error: the script's ``backward`` raises it."""
+    return future.value()
+
+
+def _succeeded(future: torch.futures.Future) -> bool:
+    if not future.done():
+        return False
+    try:
+        future.value()
+    except Exception:  # noqa: BLE001 - a failed op
+        return False
+    return True
+
+
 class PrismWork(dist.Work):
     """Work whose completion the engine decides; ``wait`` is observed for the graph."""
 
@@ -119,7 +137,10 @@ class PrismWork(dist.Work):
         return None
 
     def get_future(self) -> torch.futures.Future:
-        return self._future
+        future = self._future
+        if type(future) is torch.futures.Future and not _succeeded(future):  # an engine's, which may fail
+            return future.then(_value_or_raise)
+        return future  # a backend's own fails as a C++ error already
 
     def result(self):
         return self._future.value()

@@ -169,19 +169,52 @@ class EmulateResult:
     extra: dict = field(default_factory=dict)
 
 
+def _steps_arg(args: tuple[str, ...]) -> tuple[int, str] | None:
+    """Where the script's ``--steps`` value is in ``args``: its index and the prefix before it there
+    (``--steps=`` in the joined form, nothing in ``--steps N``)."""
+    for i, a in enumerate(args):
+        if a == "--steps" and i + 1 < len(args):
+            return i + 1, ""
+        if a.startswith("--steps="):
+            return i, "--steps="
+    return None
+
+
 def with_steps(job: JobConfig, steps: int | None) -> JobConfig:
     """The job with the script's ``--steps`` set to ``steps``."""
     if steps is None:
         return job
+    at = _steps_arg(job.args)
+    if at is None:
+        raise PrismError(f"steps: the job's args {list(job.args)} have no --steps to override")
+    i, prefix = at
     args = list(job.args)
-    for i, a in enumerate(args):
-        if a == "--steps" and i + 1 < len(args):
-            args[i + 1] = str(steps)
-            return dataclasses.replace(job, args=tuple(args))
-        if a.startswith("--steps="):
-            args[i] = f"--steps={steps}"
-            return dataclasses.replace(job, args=tuple(args))
-    raise PrismError(f"steps: the job's args {list(job.args)} have no --steps to override")
+    args[i] = f"{prefix}{steps}"
+    return dataclasses.replace(job, args=tuple(args))
+
+
+def script_steps(job: JobConfig) -> int | None:
+    """The script's ``--steps`` in the job's args, if it has one."""
+    at = _steps_arg(job.args)
+    if at is None:
+        return None
+    i, prefix = at
+    try:
+        return int(job.args[i].removeprefix(prefix))
+    except ValueError:
+        return None
+
+
+def _check_steps(recorded: JobConfig, job: JobConfig) -> None:
+    """The vranks replay the recorded steps only: a sandbox rank that runs more would meet no peer
+    at its next collective (the replayer has ended and closed its transports)."""
+    steps, recorded_steps = script_steps(job), script_steps(recorded)
+    if steps is not None and steps < 1:
+        raise PrismError(f"steps: must be at least 1, got {steps}")
+    if steps is not None and recorded_steps is not None and steps > recorded_steps:
+        raise PrismError(f"steps: {steps} is past the recording, which has {recorded_steps} steps (the recorded "
+                         f"job's --steps {recorded_steps}); emulate at most {recorded_steps}, or record the job "
+                         f"with more steps")
 
 
 def _worker_spec(job: JobConfig, rank: int, *, present: tuple[int, ...], store_addr: str, out_dir: Path,
@@ -247,7 +280,9 @@ def _reference(recorded: Callable[[], dict]):
 def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     """Run the sandbox ranks for real and every other rank as a vrank; return per-rank results."""
     run = RunDir(Path(run_dir))
-    job = with_steps(options.change.apply(run.load_job()), options.steps)
+    recorded_job = run.load_job()
+    job = with_steps(options.change.apply(recorded_job), options.steps)
+    _check_steps(recorded_job, job)
     if options.memory_cap_bytes is not None:
         job = dataclasses.replace(job, memory_cap_bytes=options.memory_cap_bytes)
     if options.clock not in ("", "cosim", "offset"):

@@ -112,3 +112,10 @@ def test_a_rank_under_the_cap_emulates_to_the_end_with_the_real_peak_and_a_profi
     assert min(ops_ts) <= min(e["ts"] for e in comm) and max(e["ts"] for e in comm) <= max(ops_ts)
     steps = [e for e in trace["traceEvents"] if e.get("cat") == "prism_step"]
     assert [e["name"] for e in steps] == ["step 0 end", "step 1 end"]
+
+
+def test_steps_past_the_recording_are_refused_before_any_rank_starts(pipeline, run_prism):
+    _, run, _ = pipeline
+    result = run_prism("emulate", str(run), "--ranks", "1", "--steps", "3", timeout=60)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "steps: 3 is past the recording, which has 2 steps (the recorded job's --steps 2)" in result.stderr
