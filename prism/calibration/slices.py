@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from prism.core.errors import PrismError
+
 __all__ = ["plan_slices", "representatives"]
 
 
@@ -25,6 +27,6 @@ def representatives(world_size: int, template_of: Mapping[int, int] | None = Non
 def plan_slices(ranks: Sequence[int], slice_size: int) -> list[tuple[int, ...]]:
     """Consecutive groups of ``slice_size`` ranks (the last one may be smaller)."""
     if slice_size <= 0:
-        raise ValueError(f"slice size must be > 0, got {slice_size}")
+        raise PrismError(f"slice size must be > 0, got {slice_size}")
     ordered = sorted(set(ranks))
     return [tuple(ordered[i : i + slice_size]) for i in range(0, len(ordered), slice_size)]

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from prism.coordinator import CollectOptions, CollectProgress, collect_job
 from prism.core.config import job_from_dict, job_to_dict, load_job
 
-from . import add_timeout_argument
+from . import add_timeout_argument, positive_int
 from .report import print_run_table
 
 HELP = "collect the bare graph of the job on K slots"
@@ -21,7 +21,7 @@ PROGRESS_LINE_S = 60.0
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", required=True, help="job.yaml")
     p.add_argument("--out", required=True, help="run directory to write")
-    p.add_argument("--slots", type=int, default=None, help="K, the number of slots (default: the job's slots)")
+    p.add_argument("--slots", type=positive_int, default=None, help="K, the number of slots (default: the job's slots)")
     add_timeout_argument(p, default_s=1800.0, stall=False)
     p.add_argument("--bind", default="",
                    help="address the coordinator listens on (default: loopback; every interface in a multi-node run)")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 from pathlib import Path
 
 from rich.console import Console
@@ -15,11 +14,11 @@ from rich.table import Table
 from prism.core.ranks import parse_rank_ranges
 from prism.core.rundir import RunDir
 from prism.core.units import parse_bytes
-from prism.core.whatif import SandboxChange, parse_env_items
+from prism.core.whatif import SandboxChange, parse_args_text, parse_env_items
 from prism.vrank_replayer import EmulateOptions
 from prism.vrank_replayer.emulate_report import emulate_and_report
 
-from . import EXIT_OOM, add_timeout_argument
+from . import EXIT_OOM, add_timeout_argument, positive_int
 from .devices import add_device_arguments, device_options
 from .report import print_host_speed, print_no_steps
 
@@ -29,8 +28,8 @@ HELP = "run some ranks for real, the rest as virtual ranks"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN", help="run directory (graph + recorded data of these ranks)")
     p.add_argument("--ranks", required=True, help="sandbox ranks, e.g. 2,5 or 0-7")
-    p.add_argument("--steps", type=int, default=None, help="steps to run (overrides the script's --steps)")
-    p.add_argument("--replayers", type=int, default=1, help="replayer processes hosting the virtual ranks")
+    p.add_argument("--steps", type=positive_int, default=None, help="steps to run (overrides the script's --steps)")
+    p.add_argument("--replayers", type=positive_int, default=1, help="replayer processes hosting the virtual ranks")
     p.add_argument("--graph", choices=("bare", "real"), default="", help="graph the replayers walk (default: bare if present)")
     add_timeout_argument(p, default_s=600.0)
     p.add_argument("--asap", action="store_true",
@@ -97,7 +96,7 @@ def whatif_table(data: dict, change: str) -> Table:
 def run(args: argparse.Namespace) -> int:
     world = RunDir(Path(args.run_dir)).load_job().world_size
     change = SandboxChange(env=parse_env_items(args.env),
-                           args=tuple(shlex.split(args.args)) if args.args is not None else None,
+                           args=parse_args_text(args.args, "--args") if args.args is not None else None,
                            entrypoint=str(Path(args.entrypoint).resolve()) if args.entrypoint else "")
     options = EmulateOptions(ranks=parse_rank_ranges(args.ranks, world), steps=args.steps,
                              num_replayers=args.replayers, graph_kind=args.graph, timeout_s=args.timeout,

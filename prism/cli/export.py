@@ -33,6 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.out and not args.chakra:
         raise PrismError("prism export: give --out TRACE.json, --chakra DIR, or both")
+    if args.out and not Path(args.out).resolve().parent.is_dir():  # before the graph is read
+        raise PrismError(f"--out: {Path(args.out).resolve().parent} is not a directory")
     source = Path(args.run)
     if (source / REPORT_FILE).is_file():
         graph = load_emulation(source)
@@ -45,10 +47,16 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     count = f"{sum(len(n) for n in graph.nodes.values())} nodes of {len(graph.nodes)} ranks"
     if args.out:
-        write_chrome_trace(args.out, to_chrome_trace(graph, sim, label=" (simulated)" if sim else ""))
+        try:
+            write_chrome_trace(args.out, to_chrome_trace(graph, sim, label=" (simulated)" if sim else ""))
+        except OSError as e:
+            raise PrismError(f"--out: cannot write {args.out}: {e.strerror or e}") from None
         console.print(f"wrote {args.out}: {count}", highlight=False)
     if args.chakra:
-        Path(args.chakra).mkdir(parents=True, exist_ok=True)
-        paths = write_chakra(graph, args.chakra, args.chakra_prefix)
+        try:
+            Path(args.chakra).mkdir(parents=True, exist_ok=True)
+            paths = write_chakra(graph, args.chakra, args.chakra_prefix)
+        except OSError as e:
+            raise PrismError(f"--chakra: cannot write into {args.chakra}: {e.strerror or e}") from None
         console.print(f"wrote {len(paths)} Chakra ET file(s) into {args.chakra}: {count}", highlight=False)
     return 0

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 
 from rich.console import Console
 from rich.table import Table
 
+from prism.core.whatif import parse_args_text
 from prism.sandbox.replaying import DEBUGPY_PORT, TIMINGS, replay_rank
 
 from . import add_timeout_argument
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     result = replay_rank(args.run, args.rank, values=args.values, timing=args.timing, steps=args.steps,
                          graph=args.graph, withhold=args.withhold, seed=args.seed, debug_port=args.debug,
                          timeout_s=args.timeout,
-                         script_args=tuple(shlex.split(args.script_args)) if args.script_args is not None else None)
+                         script_args=parse_args_text(args.script_args, "--args") if args.script_args is not None else None)
     table = Table(title=f"replay of rank {args.rank} ({args.timing} timing{', values' if args.values else ''})")
     for col in ("step", "recorded ms", "replayed ms", "loss"):
         table.add_column(col, justify="right")

@@ -5,6 +5,7 @@ behaviour."""
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,14 @@ class SandboxChange:
                 raise ConfigError("--entrypoint", f"{path}: no such file")
             changes["entrypoint"] = str(path.resolve())
         return dataclasses.replace(job, **changes)
+
+
+def parse_args_text(text: str, flag: str) -> tuple[str, ...]:
+    """A script's arguments given as one shell-quoted string (``--args``) → the argument list."""
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as e:
+        raise ConfigError(flag, f"{text!r}: {e}; quote the arguments as a shell would") from None
 
 
 def parse_env_items(items: Iterable[str]) -> tuple[tuple[str, str], ...]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from prism.core.atomic import atomic_write_text
 from prism.core.config import JobConfig
-from prism.core.errors import HangError, MismatchError, RankFailedError, RankOOMError
+from prism.core.errors import HangError, MismatchError, PrismError, RankFailedError, RankOOMError
 from prism.core.isolation import isolated_run
 from prism.core.rundir import RunDir
 from prism.graph.io import write_graph
@@ -130,7 +130,7 @@ def walk_rank(job: JobConfig, rank: int, *, engine: str = "fake", timeout_s: flo
     working directory of its own: its outputs go to RUN/outputs/walk-<engine>-r<rank> with
     ``run_dir``, else nowhere (a temporary run directory)."""
     if not 0 <= rank < job.world_size:
-        raise ValueError(f"rank {rank} is outside 0-{job.world_size - 1}")
+        raise PrismError(f"rank {rank} is outside 0-{job.world_size - 1}")
     with contextlib.ExitStack() as stack:
         root = run_dir if run_dir is not None else stack.enter_context(tempfile.TemporaryDirectory(prefix="prism-walk-"))
         workspace = stack.enter_context(isolated_run(job, root, f"walk-{engine}-r{rank}"))

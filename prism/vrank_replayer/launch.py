@@ -289,6 +289,8 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
         raise PrismError(f"clock: must be 'cosim' or 'offset', got {options.clock!r}")
     if not options.clock:
         options = dataclasses.replace(options, clock="offset" if options.change.is_empty else "cosim")
+    if options.num_replayers < 1:
+        raise PrismError(f"replayers: must be at least 1, got {options.num_replayers}")
     ranks = tuple(sorted(set(options.ranks)))
     bad = [r for r in ranks if not 0 <= r < job.world_size]
     if not ranks or bad:

@@ -119,3 +119,14 @@ def test_steps_past_the_recording_are_refused_before_any_rank_starts(pipeline, r
     result = run_prism("emulate", str(run), "--ranks", "1", "--steps", "3", timeout=60)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "steps: 3 is past the recording, which has 2 steps (the recorded job's --steps 2)" in result.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--args", '--steps "2'], "--args: '--steps \"2': No closing quotation; quote the arguments as a shell would"),
+    (["--replayers", "0"], "argument --replayers: must be at least 1, got 0"),  # it used to wait for a replayer
+])
+def test_bad_emulate_arguments_are_named_before_any_rank_starts(pipeline, run_prism, argv, message):
+    _, run, _ = pipeline
+    result = run_prism("emulate", str(run), "--ranks", "1", *argv, timeout=60)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr

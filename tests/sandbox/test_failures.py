@@ -82,3 +82,18 @@ def test_killing_the_launcher_takes_every_worker_with_it(tmp_path):
     while time.monotonic() < deadline and processes_tagged(tag):
         time.sleep(0.2)
     assert processes_tagged(tag) == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["collect", "--job", "JOB", "--slots", "0", "--out", "run"], "argument --slots: must be at least 1, got 0"),
+    (["calibrate", "run", "--slice-size", "0"], "argument --slice-size: must be at least 1, got 0"),
+    (["walk", "--job", "JOB", "--rank", "7"], "error: rank 7 is outside 0-1"),
+    (["export", "run", "--out", "no/such/folder/trace.json"], "--out: "),
+])
+def test_out_of_range_counts_ranks_and_paths_are_one_line_errors(tmp_path, run_prism, argv, message):
+    job = write_job(tmp_path, "name: x\nentrypoint: train.py\nworld_size: 2\n")
+    result = run_prism(*[job if a == "JOB" else a for a in argv], timeout=60)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr and "Traceback" not in result.stderr
+    if argv[0] == "export":
+        assert f"{tmp_path / 'no/such/folder'} is not a directory" in result.stderr
