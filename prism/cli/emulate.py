@@ -28,7 +28,8 @@ HELP = "run some ranks for real, the rest as virtual ranks"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN", help="run directory (graph + recorded data of these ranks)")
     p.add_argument("--ranks", required=True, help="sandbox ranks, e.g. 2,5 or 0-7")
-    p.add_argument("--steps", type=positive_int, default=None, help="steps to run (overrides the script's --steps)")
+    p.add_argument("--steps", type=positive_int, default=None,
+                   help="steps to run (overrides the script's --steps; at most the recorded steps)")
     p.add_argument("--replayers", type=positive_int, default=1, help="replayer processes hosting the virtual ranks")
     p.add_argument("--graph", choices=("bare", "real"), default="", help="graph the replayers walk (default: bare if present)")
     add_timeout_argument(p, default_s=600.0)

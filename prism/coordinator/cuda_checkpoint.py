@@ -20,6 +20,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from prism.core.errors import PrismError
+
 __all__ = ["ProcessState", "CudaCheckpoint", "CheckpointError", "ContextSwitcher", "NullSwitcher",
            "CudaSwitcher", "SwapStats", "make_switcher"]
 
@@ -57,11 +59,19 @@ class CudaCheckpoint:
     def __init__(self, lib: ctypes.CDLL | None = None) -> None:
         if lib is None:
             name = ctypes.util.find_library("cuda") or "libcuda.so.1"
-            lib = ctypes.CDLL(name)
+            try:
+                lib = ctypes.CDLL(name)
+            except OSError as e:
+                raise PrismError(f"device: cuda: collecting swaps ranks between slots with the CUDA driver's "
+                                 f"checkpoint API, and this host has no CUDA driver ({e})") from None
         self._lib = lib
         for fn in ("cuCheckpointProcessLock", "cuCheckpointProcessCheckpoint", "cuCheckpointProcessRestore",
                    "cuCheckpointProcessUnlock"):
-            f = getattr(lib, fn)
+            try:
+                f = getattr(lib, fn)
+            except AttributeError:
+                raise PrismError(f"device: cuda: the CUDA driver has no {fn} (the checkpoint API needs driver "
+                                 f">= 570)") from None
             f.argtypes = [ctypes.c_int, ctypes.c_void_p]
             f.restype = ctypes.c_int
         lib.cuCheckpointProcessGetState.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import RankFailedError, RankOOMError
+from .errors import PrismError, RankFailedError, RankOOMError
 
 __all__ = ["ShimConfig", "WorkerSpec", "OomReport", "record_path", "error_path", "oom_path", "read_ooms",
            "with_ooms", "physical_slot", "WORKER_MODULE"]
@@ -141,6 +141,6 @@ def physical_slot(device: str, rank: int, ranks_per_node: int) -> int:
 
         count = torch.cuda.device_count()
         if count == 0:
-            raise ValueError("the job says device: cuda but this host has no CUDA device")
+            raise PrismError("the job says device: cuda but this host has no CUDA device")
         return rank % count
     return rank % ranks_per_node

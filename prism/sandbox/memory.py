@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from prism.core.errors import PrismError
 from prism.core.workerspec import OomReport
 
 from .memtrack import StoragePeakTracker
@@ -128,7 +129,7 @@ class MemoryMeter:
 
     def _cap_cuda(self) -> None:
         if not torch.cuda.is_available():
-            raise ValueError("the job says device: cuda but this host has no CUDA device")
+            raise PrismError("the job says device: cuda but this host has no CUDA device")
         index = self._device_index
         total = torch.cuda.get_device_properties(index).total_memory
         if self.cap_bytes >= total:

@@ -97,3 +97,15 @@ def test_out_of_range_counts_ranks_and_paths_are_one_line_errors(tmp_path, run_p
     assert message in result.stderr and "Traceback" not in result.stderr
     if argv[0] == "export":
         assert f"{tmp_path / 'no/such/folder'} is not a directory" in result.stderr
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a host without CUDA")
+@pytest.mark.parametrize("command", ["record", "collect", "walk"])
+def test_a_cuda_job_on_a_host_without_cuda_is_a_one_line_error(tmp_path, run_prism, command):
+    job = write_job(tmp_path, "name: x\nentrypoint: train.py\nworld_size: 2\ndevice: cuda\n")
+    argv = ["walk", "--job", job, "--rank", "0"] if command == "walk" else [command, "--job", job, "--out", "run"]
+    result = run_prism(*argv, timeout=60)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert ("this host has no CUDA driver" if command == "collect" else
+            "the job says device: cuda but this host has no CUDA device") in result.stderr
