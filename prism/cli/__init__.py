@@ -13,7 +13,7 @@ def add_timeout_argument(parser, *, default_s: float, what: str = "the run", sta
     when = (f"seconds without progress (no rank issues or completes a comm op) before {what} is stopped"
             if stall else f"seconds before {what} is stopped")
     parser.add_argument(
-        "--timeout", type=float, default=default_s, metavar="SECONDS",
+        "--timeout", type=positive_seconds, default=default_s, metavar="SECONDS",
         help=f"{when} (default: %(default).0f), printing every rank's pending comm op. Ranks that disagree on "
              "an op (kind, group, seq, shapes, dtype), or a rank that finished while its peers wait for it, "
              "stop it at once")
@@ -27,4 +27,26 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:  # also NaN
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer of at least 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
     return value

@@ -26,6 +26,8 @@ from prism.graph.records import Graph
 from prism.graph.templates import dp_permutations
 from prism.vrank_replayer.emulate_report import REPORT_FILE, load_emulation
 
+from . import non_negative_int
+
 log = logging.getLogger(__name__)
 
 HELP = "per-step lower bound, gap verdicts and Gantt charts of a run or an emulation"
@@ -37,7 +39,7 @@ MAX_CHAIN_LINKS = 12
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", metavar="RUN|EMULATION", help="run directory, or an emulation directory (RUN/emulations/<id>)")
     p.add_argument("--graph", default=None, help="which graph of a run: real, timed or bare (default: real, else timed)")
-    p.add_argument("--skip", type=int, default=None, help="warmup steps left out (default: the job's iterations.warmup)")
+    p.add_argument("--skip", type=non_negative_int, default=None, help="warmup steps left out (default: the job's iterations.warmup)")
     p.add_argument("--out", default=None, help="output directory (default: RUN/analysis or EMULATION/analysis)")
     p.add_argument("--json", action="store_true", help="print analysis.json")
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from prism.vrank_replayer.calibrate_run import CalibrateResult, calibrate_run, mean_measured_ns
 
-from . import add_timeout_argument, positive_int
+from . import add_timeout_argument, non_negative_int, positive_int
 from .devices import add_device_arguments, device_options
 from .report import print_host_speed, print_no_steps
 
@@ -23,7 +23,7 @@ HELP = "time the ranks slice by slice and calibrate the graph (RUN/graph/timed)"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN", help="run directory (graph/bare or graph/real)")
     p.add_argument("--slice-size", type=positive_int, default=2, help="ranks that run for real in each slice (S)")
-    p.add_argument("--skip", type=int, default=None, help="warmup steps left out (default: iterations.warmup)")
+    p.add_argument("--skip", type=non_negative_int, default=None, help="warmup steps left out (default: iterations.warmup)")
     p.add_argument("--repeats", type=positive_int, default=1, metavar="N",
                    help="run each slice N times and keep each node's shortest duration: on a shared host other load "
                         "only lengthens a span (default 1)")

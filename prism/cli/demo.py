@@ -17,7 +17,7 @@ from rich.console import Console
 from prism.core.rundir import RunDir
 from prism.graph.io import read_graph
 
-from . import positive_int
+from . import positive_int, positive_seconds
 from .report import print_run_table
 from .simulate import print_simulation, simulate_run
 from .validate import print_validation, validate
@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--example", default="hybrid", help="example under examples/ (default: hybrid)")
     p.add_argument("--ranks", default="2,5", help="sandbox ranks to emulate (default: 2,5)")
     p.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
-    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--timeout", type=positive_seconds, default=900.0)
     p.add_argument("--real-repeats", type=positive_int, default=3, metavar="N",
                    help="real runs of the example (default 3): some peaks depend on when peers arrive "
                         "(FSDP2's asynchronous reduce-scatter), and the emulated one is compared with their spread")

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from prism.core.errors import PrismError
 
+from . import non_negative_int, positive_int
+
 __all__ = ["COMMANDS", "add_arguments", "sbatch_argv", "run"]
 
 COMMANDS = ("collect", "calibrate", "emulate")
@@ -28,12 +30,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--launcher", choices=("local", "slurm"), default="local",
                    help="slurm: print the sbatch line that runs this command across nodes (with --submit: submit it)")
     g.add_argument("--submit", action="store_true", help="with --launcher slurm: submit with sbatch, print the job id")
-    g.add_argument("--nodes", type=int, default=3, help="nodes: 1 head + sandbox nodes + assistant nodes (default 3)")
-    g.add_argument("--sandbox-nodes", type=int, default=1, help="nodes that run rank workers (default 1)")
-    g.add_argument("--tasks-per-node", type=int, default=2,
+    g.add_argument("--nodes", type=positive_int, default=3, help="nodes: 1 head + sandbox nodes + assistant nodes (default 3)")
+    g.add_argument("--sandbox-nodes", type=positive_int, default=1, help="nodes that run rank workers (default 1)")
+    g.add_argument("--tasks-per-node", type=positive_int, default=2,
                    help="Slurm tasks per node: slots per sandbox node, replayer hosts per assistant node (default 2)")
     g.add_argument("--partition", default="", help="Slurm partition (default: the cluster's default)")
-    g.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node to request (0: none)")
+    g.add_argument("--gpus-per-node", type=non_negative_int, default=0, help="GPUs per node to request (0: none)")
     g.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG", help="an extra sbatch option (repeatable)")
 
 

@@ -13,7 +13,7 @@ from rich.table import Table
 from prism.core.whatif import parse_args_text
 from prism.sandbox.replaying import DEBUGPY_PORT, TIMINGS, replay_rank
 
-from . import add_timeout_argument
+from . import add_timeout_argument, non_negative_int
 
 HELP = "replay one rank of a recorded run alone (recorded values and timing)"
 
@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timing", choices=TIMINGS, default="recorded",
                    help="recorded: each op's recorded duration (estimated when it has none); estimated: every "
                         "duration estimated from the other ranks' records; none: every op completes at once")
-    p.add_argument("--steps", type=int, default=0, metavar="N", help="stop after N steps (default: run the script out)")
+    p.add_argument("--steps", type=non_negative_int, default=0, metavar="N", help="stop after N steps (default: run the script out)")
     p.add_argument("--graph", choices=("real", "timed"), default="real", help="records from graph/real or graph/timed")
     p.add_argument("--withhold", type=float, default=0.0, metavar="FRACTION",
                    help="withhold this fraction of the rank's recorded durations and estimate them (a check)")

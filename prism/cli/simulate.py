@@ -17,13 +17,15 @@ from prism.core.rundir import RunDir
 from prism.graph.io import read_graph
 from prism.graph.simulate import compare_steps, simulate
 
+from . import non_negative_int
+
 HELP = "predict iteration times from a run's graph"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run directory")
     p.add_argument("--graph", default=None, help="which graph: real, bare or timed (default: the newest present)")
-    p.add_argument("--skip", type=int, default=None, help="warmup steps left out (default: the job's iterations.warmup)")
+    p.add_argument("--skip", type=non_negative_int, default=None, help="warmup steps left out (default: the job's iterations.warmup)")
     p.add_argument("--json", dest="json_out", default=None, help="also write the rows as JSON to this file")
 
 

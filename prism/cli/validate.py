@@ -55,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", required=True, help="job.yaml")
     p.add_argument("--ranks", required=True, help="sandbox ranks, e.g. 2,5")
     p.add_argument("--out", default=None, help="run directory (default: ./validate-<job name>)")
-    p.add_argument("--slice-size", type=int, default=2, help="ranks per calibration slice")
+    p.add_argument("--slice-size", type=positive_int, default=2, help="ranks per calibration slice")
     p.add_argument("--calibration-repeats", type=positive_int, default=1, metavar="N",
                    help="run each calibration slice N times, keeping each node's shortest duration (default 1)")
     add_timeout_argument(p, default_s=600.0, what="each run (record, capture, each calibration slice, emulate)")

@@ -89,6 +89,9 @@ def test_killing_the_launcher_takes_every_worker_with_it(tmp_path):
     (["calibrate", "run", "--slice-size", "0"], "argument --slice-size: must be at least 1, got 0"),
     (["walk", "--job", "JOB", "--rank", "7"], "error: rank 7 is outside 0-1"),
     (["export", "run", "--out", "no/such/folder/trace.json"], "--out: "),
+    (["record", "--job", "JOB", "--out", "run", "--timeout", "-5"], "argument --timeout: must be above 0, got -5"),
+    (["replay", "run", "--rank", "0", "--steps", "-1"], "argument --steps: must be at least 0, got -1"),
+    (["analyze", "run", "--skip", "-1"], "argument --skip: must be at least 0, got -1"),
 ])
 def test_out_of_range_counts_ranks_and_paths_are_one_line_errors(tmp_path, run_prism, argv, message):
     job = write_job(tmp_path, "name: x\nentrypoint: train.py\nworld_size: 2\n")
