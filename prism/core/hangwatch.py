@@ -290,7 +290,9 @@ class HangWatcher:
         now = time.perf_counter_ns()
         lines = ["where every rank is:"]
         for rank, s in sorted(self._ranks.items()):
-            if s.pending:
+            # A finished rank waits in nothing: an op of it still pending here is one whose
+            # completion callback had not run when the program returned from its wait and exited.
+            if s.pending and not s.finished:
                 ops = sorted(s.pending.values(), key=lambda o: o.issue_ns)
                 shown = "; ".join(f"{o.detail} (issued {(now - o.issue_ns) / 1e9:.1f} s ago)"
                                   for o in ops[:_MAX_PENDING_SHOWN])

@@ -126,3 +126,17 @@ def test_the_rank_whose_program_raised_first_is_named_when_a_peer_s_lost_connect
     assert "(then rank 0 failed: RuntimeError: Connection closed by peer)" in explained.traceback_text
     own = RankFailedError(1, "Traceback ...\nValueError: boom in rank 1", exit_code=1)
     assert watcher.explain_failure(own) is own
+
+
+def test_a_finished_rank_is_reported_finished_with_its_last_op_even_if_its_completion_was_not_seen(store):
+    # The script's wait can return, and the rank exit, before the future's callbacks (which publish
+    # the completion) have run on the backend's thread.
+    watcher = HangWatcher(store, range(2), timeout_s=60)
+    publish(store, 0, "G\t0\t0-1", op(1, "0:1", "g:0", AR4, "all_reduce sum on group 0 seq 1 at train.py:18"),
+            op(2, "0:2", "g:0", AR4, "all_reduce sum on group 0 seq 2 at train.py:18"))
+    publish(store, 1, "G\t0\t0-1", op(1, "0:1", "g:0", AR4, "all_reduce sum on group 0 seq 1 at train.py:18"), "F")
+    with pytest.raises(MismatchError) as e:
+        watcher.poll()
+    text = str(e.value)
+    assert "rank 1: finished; its last op all_reduce sum on group 0 seq 1 at train.py:18" in text
+    assert "rank 0: waits in all_reduce sum on group 0 seq 1 at train.py:18" in text
