@@ -1,0 +1,41 @@
+# Scratch probes for a sandbox rank's process (session 23, activation offload's emulated compute on
+# 16 cores), switched by environment variables; put this folder first on PYTHONPATH:
+#   PROBE_SWITCH_INTERVAL=S   sys.setswitchinterval(S) (CPython's default is 0.005 s)
+#   PROBE_PRELOAD_OFF=1       the live engine's recorded-data store loads nothing ahead
+#   PROBE_THREADS=DIR         every 0.5 s, DIR/threads-<pid>.txt: each thread's CPU seconds by name
+import os
+import sys
+
+if os.environ.get("PROBE_SWITCH_INTERVAL"):
+    sys.setswitchinterval(float(os.environ["PROBE_SWITCH_INTERVAL"]))
+
+if os.environ.get("PROBE_PRELOAD_OFF") == "1":
+    import functools
+
+    from prism.nccl_patches import recorded_store
+
+    recorded_store.RecordedStore.__init__ = functools.partialmethod(recorded_store.RecordedStore.__init__,
+                                                                    preload_bytes=0)
+
+if os.environ.get("PROBE_THREADS"):
+    import threading
+    import time
+
+    def _dump(directory: str) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        while True:
+            time.sleep(0.5)
+            rows = []
+            python_names = {t.native_id: t.name for t in threading.enumerate()}  # the OS name is "python3"
+            for tid in os.listdir("/proc/self/task"):
+                try:
+                    name = python_names.get(int(tid)) or open(f"/proc/self/task/{tid}/comm").read().strip()
+                    name = name.replace(" ", "_")
+                    fields = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                rows.append(f"{name} {tid} {(int(fields[11]) + int(fields[12])) / tick:.2f}")
+            with open(os.path.join(directory, f"threads-{os.getpid()}.txt"), "w") as f:
+                f.write(" ".join(sys.argv)[:160] + "\n" + "\n".join(sorted(rows)) + "\n")
+
+    threading.Thread(target=_dump, args=(os.environ["PROBE_THREADS"],), daemon=True, name="probe").start()
