@@ -19,6 +19,13 @@ def add_timeout_argument(parser, *, default_s: float, what: str = "the run", sta
              "stop it at once")
 
 
+def add_force_argument(parser) -> None:
+    """``--force``: the run directory may hold a run of another program (``RunDir.claim``)."""
+    parser.add_argument("--force", action="store_true",
+                        help="replace the run in --out when it is another program's (its entrypoint, args, env, "
+                             "world size, device or MoE router differ); without it such a directory is refused")
+
+
 def _parsed(text: str, convert, what: str):
     try:
         return convert(text)

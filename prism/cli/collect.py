@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from prism.coordinator import CollectOptions, CollectProgress, collect_job
 from prism.core.config import job_from_dict, job_to_dict, load_job
 
-from . import add_timeout_argument, positive_int
+from . import add_force_argument, add_timeout_argument, positive_int
 from .report import print_run_table
 
 HELP = "collect the bare graph of the job on K slots"
@@ -21,6 +21,7 @@ PROGRESS_LINE_S = 60.0
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", required=True, help="job.yaml")
     p.add_argument("--out", required=True, help="run directory to write")
+    add_force_argument(p)
     p.add_argument("--slots", type=positive_int, default=None, help="K, the number of slots (default: the job's slots)")
     add_timeout_argument(p, default_s=1800.0, stall=False)
     p.add_argument("--bind", default="",
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
                 console.print(f"collect {job.name}: {p.ranks_finished}/{total} ranks finished, {detail}, "
                               f"{p.elapsed_s:.0f} s", highlight=False)
 
-        result = collect_job(job, args.out, options, on_progress=update)
+        result = collect_job(job, args.out, options, on_progress=update, replace=args.force)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))
     else:

@@ -17,7 +17,7 @@ from rich.console import Console
 from prism.core.rundir import RunDir
 from prism.graph.io import read_graph
 
-from . import positive_int, positive_seconds
+from . import add_force_argument, positive_int, positive_seconds
 from .report import print_run_table
 from .simulate import print_simulation, simulate_run
 from .validate import print_validation, validate
@@ -25,12 +25,16 @@ from .validate import print_validation, validate
 HELP = "record, calibrate, emulate and validate the bundled example end to end"
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+DEFAULT_OUT = "runs/demo"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--example", default="hybrid", help="example under examples/ (default: hybrid)")
     p.add_argument("--ranks", default="2,5", help="sandbox ranks to emulate (default: 2,5)")
-    p.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
+    p.add_argument("--out", default=DEFAULT_OUT,
+                   help=f"run directory (default: {DEFAULT_OUT}, which the demo replaces when an earlier version's "
+                        "example left another program's run there)")
+    add_force_argument(p)
     p.add_argument("--timeout", type=positive_seconds, default=900.0)
     p.add_argument("--real-repeats", type=positive_int, default=3, metavar="N",
                    help="real runs of the example (default 3): some peaks depend on when peers arrive "
@@ -43,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
     job_file = EXAMPLES / args.example / "job.yaml"
     console = Console(width=max(Console().width, 120))
     console.rule(f"prism demo: examples/{args.example}, sandbox ranks {args.ranks}")
+    replace = args.force or args.out == DEFAULT_OUT  # the demo's own directories
     result = validate(str(job_file), args.ranks, args.out, slice_size=2, timeout_s=args.timeout, torch_fake=True,
-                      real_repeats=args.real_repeats)
+                      real_repeats=args.real_repeats, replace=replace)
     run_dir = RunDir(Path(args.out))
     real = read_graph(run_dir.graph_dir("real"))
     print_run_table(real, title=f"{real.job_name}: real run recorded by prism (W={real.world_size})",
@@ -55,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         console.rule(f"timing: examples/{args.timing_example} (sleep compute: its real run is valid on this host)")
         timed_out = str(Path(args.out).with_name(Path(args.out).name + "-" + args.timing_example))
         timed = validate(str(EXAMPLES / args.timing_example / "job.yaml"), args.ranks, timed_out, slice_size=2,
-                         timeout_s=args.timeout, torch_fake=False)
+                         timeout_s=args.timeout, torch_fake=False, replace=replace)
         print_validation(timed, console)
     console.print(f"run directory: {run_dir.root}")
     return 0

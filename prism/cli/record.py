@@ -9,7 +9,7 @@ from prism.core.config import load_job
 from prism.core.units import parse_bytes
 from prism.sandbox.recording import record_job
 
-from . import add_timeout_argument
+from . import add_force_argument, add_timeout_argument
 from .progress import rank_progress
 from .report import print_run_table
 
@@ -19,6 +19,7 @@ HELP = "record a real run of the job (ground truth)"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", required=True, help="job.yaml")
     p.add_argument("--out", required=True, help="run directory to write")
+    add_force_argument(p)
     add_timeout_argument(p, default_s=600.0)
     p.add_argument("--cuda-backend", choices=("nccl", "gloo"), default="nccl",
                    help="real backend for CUDA tensors (gloo lets several ranks share one GPU)")
@@ -38,6 +39,6 @@ def run(args: argparse.Namespace) -> int:
         job = dataclasses.replace(job, memory_cap_bytes=args.memory_cap)
     with rank_progress(f"record {job.name}", job.world_size) as progress:
         graph = record_job(job, args.out, timeout_s=args.timeout, cuda_backend=args.cuda_backend, on_progress=progress,
-                           memory_pass=args.memory_pass, payloads=args.payloads)
+                           memory_pass=args.memory_pass, payloads=args.payloads, replace=args.force)
     print_run_table(graph, title=f"{job.name}: real run, W={job.world_size}")
     return 0

@@ -41,7 +41,7 @@ from prism.vrank_replayer.fidelity import (
     step_errors,
 )
 
-from . import add_timeout_argument, positive_int
+from . import add_force_argument, add_timeout_argument, positive_int
 from .devices import add_device_arguments, device_options
 from .report import print_host_speed, print_no_steps, ranks_without_steps
 
@@ -55,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", required=True, help="job.yaml")
     p.add_argument("--ranks", required=True, help="sandbox ranks, e.g. 2,5")
     p.add_argument("--out", default=None, help="run directory (default: ./validate-<job name>)")
+    add_force_argument(p)
     p.add_argument("--slice-size", type=positive_int, default=2, help="ranks per calibration slice")
     p.add_argument("--calibration-repeats", type=positive_int, default=1, metavar="N",
                    help="run each calibration slice N times, keeping each node's shortest duration (default 1)")
@@ -88,7 +89,7 @@ def _torch_fake(job, rank: int, real, skip: int, timeout_s: float, run: Path) ->
 
 def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int, timeout_s: float,
              torch_fake: bool, device: dict | None = None, real_repeats: int = 1,
-             calibration_repeats: int = 1) -> dict:
+             calibration_repeats: int = 1, replace: bool = False) -> dict:
     if real_repeats < 1:
         raise PrismError(f"--real-repeats must be at least 1, got {real_repeats}")
     job = load_job(job_path)
@@ -96,8 +97,9 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
     run = Path(out or f"validate-{job.name}")
     skip = job.iterations.warmup
     record_probe = probe_ms()
-    real = record_job(job, run, timeout_s=timeout_s)
-    repeats = [record_job(job, run / REPEATS_DIR / str(k), timeout_s=timeout_s) for k in range(1, real_repeats)]
+    real = record_job(job, run, timeout_s=timeout_s, replace=replace)
+    repeats = [record_job(job, run / REPEATS_DIR / str(k), timeout_s=timeout_s, replace=replace)
+               for k in range(1, real_repeats)]
     cal = calibrate_run(run, slice_size=slice_size, skip_steps=skip, timeout_s=timeout_s, device=device,
                         repeats=calibration_repeats)
     ensure_recorded(run, ranks, timeout_s=timeout_s)
@@ -263,7 +265,7 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
 def run(args: argparse.Namespace) -> int:
     result = validate(args.job, args.ranks, args.out, slice_size=args.slice_size, timeout_s=args.timeout,
                       torch_fake=not args.no_torch_fake, device=device_options(args), real_repeats=args.real_repeats,
-                      calibration_repeats=args.calibration_repeats)
+                      calibration_repeats=args.calibration_repeats, replace=args.force)
     print_validation(result, Console())
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=2, default=str))

@@ -125,14 +125,16 @@ def _spec(job: JobConfig, rank: int, *, out_dir: Path, timeout_s: float, options
 
 
 def collect_job(job: JobConfig, run_dir: str | Path, options: CollectOptions | None = None, *,
-                on_progress: Callable[[CollectProgress], None] | None = None) -> CollectResult:
-    """Collect the bare graph of ``job`` into ``run_dir`` (RUN/graph/bare, RUN/payloads)."""
+                on_progress: Callable[[CollectProgress], None] | None = None, replace: bool = False) -> CollectResult:
+    """Collect the bare graph of ``job`` into ``run_dir`` (RUN/graph/bare, RUN/payloads). ``replace``: RUN
+    may hold a run of another program, whose data is removed (``RunDir.claim``)."""
     options = options or CollectOptions()
     run = RunDir(Path(run_dir))
     if job.comm_inputs.source == "recorded":
         source = Path(job.base_dir) / job.comm_inputs.run
         if source.resolve() == run.root.resolve():
             raise PrismError(f"comm_inputs.run: {source} is the run being written; collect into another directory")
+    run.claim(job, replace=replace)
     run.root.mkdir(parents=True, exist_ok=True)
     for directory in (run.root, run.root / "graph", run.payloads):
         remove_stale_temporaries(directory)  # of a collection that was killed

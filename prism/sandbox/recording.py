@@ -53,14 +53,17 @@ def record_job(
     on_progress: Callable[[int, int], None] | None = None,
     memory_pass: bool | None = None,
     payloads: bool = False,
+    replace: bool = False,
 ) -> Graph:
     """Run the real job and write RUN/job.yaml and RUN/graph/real/.
 
     ``memory_pass``: measure the tracked peaks in a separate untimed run (default: on CPU when the
     tracker is in use, see the module's docstring); False tracks them inside the timed run.
     ``payloads``: also keep every tensor each rank received (in the timed pass), in
-    RUN/payloads_real/rank-R/ (what ``prism replay --values`` restores)."""
+    RUN/payloads_real/rank-R/ (what ``prism replay --values`` restores).
+    ``replace``: RUN may hold a run of another program, whose data is removed (``RunDir.claim``)."""
     run = RunDir(Path(run_dir))
+    run.claim(job, replace=replace)
     run.root.mkdir(parents=True, exist_ok=True)
     run.save_job(job)
     failure = run.root / FAILURE_FILE

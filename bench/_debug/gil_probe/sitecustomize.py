@@ -39,3 +39,30 @@ if os.environ.get("PROBE_THREADS"):
                 f.write(" ".join(sys.argv)[:160] + "\n" + "\n".join(sorted(rows)) + "\n")
 
     threading.Thread(target=_dump, args=(os.environ["PROBE_THREADS"],), daemon=True, name="probe").start()
+
+if os.environ.get("PROBE_SLEEP"):
+    # Every time.sleep of >= 5 ms (the job's sleep compute): its start, the time asked and the time it
+    # took, written every second to DIR/sleep-<pid>.json (workers leave through os._exit, no atexit). The oversleep is the wake-up (and the GIL's
+    # return); the gaps between one sleep's end and the next one's start are the rank's own work.
+    import json
+    import threading
+    import time
+
+    _sleep, _clock, _calls = time.sleep, time.perf_counter, []
+
+    def _timed_sleep(seconds):
+        if seconds < 0.005:
+            return _sleep(seconds)
+        start = _clock()
+        _sleep(seconds)
+        _calls.append((start, seconds, _clock() - start))
+
+    def _write(directory: str) -> None:
+        while True:
+            _sleep(1.0)
+            if _calls:
+                with open(os.path.join(directory, f"sleep-{os.getpid()}.json"), "w") as f:
+                    json.dump({"argv": " ".join(sys.argv)[:160], "calls": list(_calls)}, f)
+
+    time.sleep = _timed_sleep
+    threading.Thread(target=_write, args=(os.environ["PROBE_SLEEP"],), daemon=True, name="probe-sleep").start()
