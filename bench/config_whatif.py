@@ -15,6 +15,10 @@ unchanged; then rank 1 (the sandbox) runs with one change while vrank 0 keeps th
   momentum buffers in host memory and the update computed there, ZeRO-Offload style);
 * ``matmul64``: another compute path (``--args '... --matmul float64'``: every Linear in float64).
 
+A second structure: ``tests/assets/jobs/fsdp2_cfg_sleep`` (examples/fsdp2 at W=4, fully_shard per
+block, sleep compute) with ``recompute`` and ``offload`` (``FSDP2_RECOMPUTE``,
+``FSDP2_OFFLOAD_ACTIVATIONS``); each example's cases set its own ``<EXAMPLE>_*`` knobs.
+
 Two real runs of each change: with the change on every rank (the job's config changed) and on the
 sandbox ranks only (``DDP_KNOB_RANKS``: what the emulation models — the vranks are the unchanged
 recording). When the change slows the sandbox, the two agree (DDP's step is its slowest rank's);
@@ -75,24 +79,41 @@ JOB = ROOT / "tests/assets/jobs/ddp_cfg/job.yaml"
 TARGET = 0.03
 
 
+KNOBS = {"recompute": "RECOMPUTE", "offload": "OFFLOAD_ACTIVATIONS", "offload_optimizer": "OFFLOAD_OPTIMIZER"}
+"""Case → the example's environment knob (``<EXAMPLE>_<KNOB>=1``; ``<EXAMPLE>_KNOB_RANKS`` limits it)."""
+EXAMPLE_CASES = {"ddp": ("none", "recompute", "offload", "offload_optimizer", "matmul64"),
+                 "fsdp2": ("none", "recompute", "offload")}
+
+
+def example_of(job: JobConfig) -> str:
+    """The example a job runs (its script's folder under examples/), whose knobs the cases set."""
+    name = Path(job.entrypoint).parent.name
+    if name not in EXAMPLE_CASES:
+        raise SystemExit(f"{job.name}: runs {job.entrypoint}; the config what-ifs need an example with knobs "
+                         f"({', '.join(f'examples/{e}' for e in EXAMPLE_CASES)})")
+    return name
+
+
 def cases(job: JobConfig, sandbox: tuple[int, ...]) -> dict[str, tuple[SandboxChange, dict[str, JobConfig]]]:
     """name → (the change as the sandbox gets it, {"all": the changed job every rank of a real run
-    runs, "sandbox": the job whose sandbox ranks alone run the change})."""
-    only = {"DDP_KNOB_RANKS": ",".join(map(str, sandbox))}
+    runs, "sandbox": the job whose sandbox ranks alone run the change}), for the cases the job's
+    example has."""
+    example = example_of(job)
+    prefix = example.upper() + "_"
+    only = {prefix + "KNOB_RANKS": ",".join(map(str, sandbox))}
 
     def env(**kv):
         return SandboxChange(env=tuple(kv.items())), {
             "all": dataclasses.replace(job, env={**job.env, **kv}),
             "sandbox": dataclasses.replace(job, env={**job.env, **kv, **only})}
 
+    table = {"none": (SandboxChange(), {"all": job})}
+    table.update({case: env(**{prefix + knob: "1"}) for case, knob in KNOBS.items()})
     args = (*job.args, "--matmul", "float64")
-    return {"none": (SandboxChange(), {"all": job}),
-            "recompute": env(DDP_RECOMPUTE="1"),
-            "offload": env(DDP_OFFLOAD_ACTIVATIONS="1"),
-            "offload_optimizer": env(DDP_OFFLOAD_OPTIMIZER="1"),
-            "matmul64": (SandboxChange(args=args), {
-                "all": dataclasses.replace(job, args=args),
-                "sandbox": dataclasses.replace(job, env={**job.env, "DDP_MATMUL": "float64", **only})})}
+    table["matmul64"] = (SandboxChange(args=args), {
+        "all": dataclasses.replace(job, args=args),
+        "sandbox": dataclasses.replace(job, env={**job.env, prefix + "MATMUL": "float64", **only})})
+    return {case: table[case] for case in EXAMPLE_CASES[example]}
 
 
 def compute_ms(nodes, skip: int) -> float:
@@ -243,9 +264,11 @@ def write_summary(out: Path, job_path: Path, job: JobConfig, sandbox: tuple[int,
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--job", type=Path, default=JOB,
-                   help="the job (examples/ddp with its DDP_* knobs); tests/assets/jobs/ddp_cfg_sleep/job.yaml has "
-                        "sleep compute, whose time the host's cores do not move")
-    p.add_argument("--cases", default="none,recompute,offload,offload_optimizer,matmul64")
+                   help="the job (examples/ddp with its DDP_* knobs, or examples/fsdp2 with FSDP2_*); "
+                        "tests/assets/jobs/{ddp,fsdp2}_cfg_sleep/job.yaml have sleep compute, whose time the "
+                        "host's cores do not move")
+    p.add_argument("--cases", default=None, help="comma-separated (default: every case the job's example has: "
+                   + "; ".join(f"{e}: {','.join(c)}" for e, c in EXAMPLE_CASES.items()) + ")")
     p.add_argument("--ranks", default="1", help="sandbox ranks")
     p.add_argument("--repeats", type=int, default=3, help="real runs and emulations per case")
     p.add_argument("--calibration-repeats", type=int, default=1,
@@ -267,6 +290,9 @@ def main() -> None:
     sandbox = tuple(int(r) for r in ns.ranks.split(","))
     job = load_job(ns.job)
     table = cases(job, sandbox)
+    names = ns.cases.split(",") if ns.cases else list(table)
+    if unknown := [n for n in names if n not in table]:
+        raise SystemExit(f"--cases: {', '.join(unknown)} not among {job.name}'s cases ({', '.join(table)})")
     results = {}
     settings = {"calibration_repeats": ns.calibration_repeats, "memory": "pass" if ns.memory_pass else "inline",
                 "design": "duet" if ns.duet else "alternated"}
@@ -277,7 +303,7 @@ def main() -> None:
         inline = not ns.memory_pass
         recorded = real_run(job, run, sandbox, inline)
         calibrate_run(run, slice_size=2, repeats=ns.calibration_repeats, timeout_s=600)
-        for name in ns.cases.split(","):
+        for name in names:
             change, real_jobs = table[name]
             load = [os.getloadavg()[0]]
             duet = None

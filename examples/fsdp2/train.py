@@ -1,22 +1,46 @@
 """FSDP2 example: fully_shard on every block and on the root of a small transformer-ish model, AdamW.
 
+Two config knobs (PrismLLM Table 1's what-ifs, docs/whatif.md), off by default; each a flag or an
+environment variable (the variable is read when the flag is absent, so one rank can differ):
+
+* ``--recompute`` / ``FSDP2_RECOMPUTE=1``: activation recomputation, torch.utils.checkpoint on every
+  block (non-reentrant; FSDP2 gathers the block's parameters once for its backward either way);
+* ``--offload-activations`` / ``FSDP2_OFFLOAD_ACTIVATIONS=1``: the tensors autograd saves go to
+  host memory in the forward and come back in the backward (``saved_tensors_hooks``; on CUDA
+  ``save_on_cpu(pin_memory=True)``, on a CPU job a NumPy copy: host memory outside the torch
+  allocator, which plays the device here).
+
+``FSDP2_KNOB_RANKS=1,3``: the environment knobs apply on these ranks only (a per-rank change).
+
 A plain PyTorch program (run it with torchrun); it knows nothing about prism.
 """
 import argparse
+import contextlib
 import logging
 import os
 import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
+from torch.utils.checkpoint import checkpoint
 
 log = logging.getLogger("fsdp2")
 
 
+def knob_env():
+    """The environment knobs, unless ``FSDP2_KNOB_RANKS`` leaves this rank out."""
+    ranks = os.environ.get("FSDP2_KNOB_RANKS", "")
+    if ranks and os.environ.get("RANK") not in ranks.split(","):
+        return {}
+    return os.environ
+
+
 def parse_args():
+    env = knob_env()
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -30,6 +54,11 @@ def parse_args():
     p.add_argument("--sleep-ms", type=float, default=0.0,
                    help="also sleep this long in each layer's forward and twice as long in its backward "
                         "(compute whose time does not depend on the host's cores)")
+    p.add_argument("--recompute", action="store_true", default=env.get("FSDP2_RECOMPUTE") == "1",
+                   help="activation recomputation: torch.utils.checkpoint on every block")
+    p.add_argument("--offload-activations", action="store_true",
+                   default=env.get("FSDP2_OFFLOAD_ACTIVATIONS") == "1",
+                   help="keep the tensors autograd saves in host memory between forward and backward")
     return p.parse_args()
 
 
@@ -86,19 +115,38 @@ class Block(nn.Module):
 
 
 class Model(nn.Module):
-    def __init__(self, vocab, dim, heads, layers, sleep_ms=0.0):
+    def __init__(self, vocab, dim, heads, layers, sleep_ms=0.0, recompute=False):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.blocks = nn.ModuleList(Block(dim, heads, sleep_ms) for _ in range(layers))
         self.norm = nn.LayerNorm(dim)
         self.out = nn.Linear(dim, vocab)
+        self.recompute = recompute
 
     def forward(self, tokens):
         x = self.embed(tokens)
         for b in self.blocks:
-            x = b(x)
+            x = checkpoint(b, x, use_reentrant=False) if self.recompute else b(x)
         # flatten to (tokens, dim): a 2-D Linear output is not a view (FSDP2 warns about views)
         return self.out(self.norm(x).flatten(0, 1))
+
+
+def offload_activations(device):
+    """Saved tensors to host memory in the forward, back in the backward."""
+    if device.type == "cuda":
+        return torch.autograd.graph.save_on_cpu(pin_memory=True)
+
+    def pack(t):
+        # Not t.numpy(): that would make the storage non-resizable, and FSDP2 frees an unsharded
+        # parameter (saved by its Linear) by resizing its storage to 0.
+        host = np.empty(t.shape, dtype=torch.empty((), dtype=t.dtype).numpy().dtype)
+        torch.from_numpy(host).copy_(t.detach())
+        return host
+
+    def unpack(array):  # back "to the device": a torch allocation again
+        return torch.from_numpy(array).clone()
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
 
 def main():
@@ -107,7 +155,7 @@ def main():
     mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("dp",))
 
     torch.manual_seed(1234)  # identical init on every rank
-    model = Model(args.vocab, args.dim, args.heads, args.layers, args.sleep_ms).to(device)
+    model = Model(args.vocab, args.dim, args.heads, args.layers, args.sleep_ms, args.recompute).to(device)
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -116,8 +164,9 @@ def main():
     gen = torch.Generator().manual_seed(1000 + rank)  # per-rank data
     for step in range(args.steps):
         tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=gen).to(device)
-        logits = model(tokens[:, :-1])
-        loss = nn.functional.cross_entropy(logits, tokens[:, 1:].reshape(-1))
+        with offload_activations(device) if args.offload_activations else contextlib.nullcontext():
+            logits = model(tokens[:, :-1])
+            loss = nn.functional.cross_entropy(logits, tokens[:, 1:].reshape(-1))
         loss.backward()
         opt.step()
         opt.zero_grad()

@@ -1,7 +1,8 @@
 """Config what-ifs (issue #13 item 3, docs/whatif.md): examples/ddp at W=2 is recorded unchanged;
 then sandbox rank 1 runs with activation recomputation, activation offload to host memory,
 optimizer-state offload (SGD's momentum in host memory, the update there), or every Linear in
-float64, while vrank 0 keeps the recording. The emulated rank's tracked peaks
+float64, while vrank 0 keeps the recording; examples/fsdp2 at W=2 likewise with recomputation and
+activation offload. The emulated rank's tracked peaks
 must be the real changed run's to the byte (the tracker is deterministic and gloo's buffers are
 outside it), and the change must move them the way it moves the real run's. One pass each, the
 tracker inline (the peaks are what is asserted; timing on this host is measured by
@@ -92,3 +93,41 @@ def test_the_emulated_rank_has_the_real_changed_runs_peaks(unchanged, tmp_path, 
     assert data["recorded"][str(SANDBOX)]["measured_peak_memory_bytes"] == recorded.measured_peak_memory_bytes
     if case != "matmul64":  # same values: recomputation and offloads change where tensors live, not what they hold
         assert row["diverged_ops"] == []
+
+
+# A second structure: examples/fsdp2 at W=2 (fully_shard per block: all-gathers before each block's
+# forward and backward, reduce-scatters after its backward, all overlapping the compute).
+FSDP2_CASES = {"recompute": "FSDP2_RECOMPUTE", "offload": "FSDP2_OFFLOAD_ACTIVATIONS"}
+
+
+def fsdp2_job():
+    job = load_job(ASSETS / "jobs/fsdp2_cfg_sleep/job.yaml")
+    return dataclasses.replace(job, world_size=2, parallelism=dataclasses.replace(job.parallelism, dp=2),
+                               args=("--steps", "3", "--batch", "8", "--seq", "64", "--dim", "64", "--layers", "2"),
+                               iterations=dataclasses.replace(job.iterations, warmup=1, measured=2))
+
+
+@pytest.fixture(scope="module")
+def fsdp2_unchanged(tmp_path_factory):
+    run = tmp_path_factory.mktemp("cfgwhatif-fsdp2") / "run"
+    graph = record_job(fsdp2_job(), run, timeout_s=100, memory_pass=False)
+    calibrate_run(run, slice_size=2, timeout_s=100)
+    return run, graph
+
+
+@pytest.mark.parametrize("case", list(FSDP2_CASES))
+def test_fsdp2_the_emulated_rank_has_the_real_changed_runs_peaks_and_ops(fsdp2_unchanged, tmp_path, case):
+    run, recorded = fsdp2_unchanged
+    knob = {FSDP2_CASES[case]: "1"}
+    report = emulate_and_report(run, EmulateOptions(ranks=(SANDBOX,), change=SandboxChange(env=tuple(knob.items())),
+                                                    timeout_s=100, memory="inline", out_dir=str(tmp_path / "emu")))
+    row = json.loads((report.out_dir / "report.json").read_text())["ranks"][str(SANDBOX)]
+    real = record_job(dataclasses.replace(fsdp2_job(), env=knob), tmp_path / "real", timeout_s=100,
+                      memory_pass=False)
+    # FSDP2 gathers a block's parameters once for its backward with or without recomputation: the
+    # change keeps the comm sequence and moves the peak
+    assert [n.op for n in real.nodes[SANDBOX] if n.op] == [n.op for n in recorded.nodes[SANDBOX] if n.op]
+    assert real.summaries[SANDBOX].measured_peak_memory_bytes < 0.75 * recorded.summaries[SANDBOX].measured_peak_memory_bytes
+    assert row["measured_peak_memory_bytes"] == real.summaries[SANDBOX].measured_peak_memory_bytes
+    assert row["peak_memory_bytes"] == real.summaries[SANDBOX].peak_memory_bytes
+    assert row["diverged_ops"] == []
