@@ -8,7 +8,9 @@
 Each rank runs the unmodified script under the shim with the ``passthrough`` engine (the real
 gloo/NCCL backend does the communication), writes its record to ``RUN/ranks/``, and checks in
 with the launcher's store; rank 0 then assembles ``RUN/graph/real`` and ``RUN/job.yaml``. RUN must
-be on a file system that every node sees.
+be on a file system that every node sees. The store is at MASTER_ADDR:MASTER_PORT (default
+127.0.0.1:29500): torchrun's agent hosts it, under other launchers rank 0 does. A RUN that holds
+another program's run is refused by every rank before the script starts (``RunDir.claim``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from prism.core.atomic import atomic_write_bytes, atomic_write_text
 from prism.core.config import job_from_dict
+from prism.core.errors import PrismError
 from prism.core.rundir import RunDir
 from prism.core.workerspec import ShimConfig, WorkerSpec, record_path
 
@@ -39,6 +42,20 @@ def _env_int(*names: str, default: int | None = None) -> int:
     if default is None:
         raise SystemExit(f"prism.record: none of {', '.join(names)} is set; run it under torchrun or srun")
     return default
+
+
+def _host_store(rank: int, world: int, host: str, port: int, timeout_s: float):
+    """The rendezvous store at MASTER_ADDR:MASTER_PORT, which every rank's shim joins as a client.
+    torchrun's agent hosts it (``TORCHELASTIC_USE_AGENT_STORE=True`` in its workers); under any other
+    launcher (srun, a plain shell) rank 0 hosts it, as ``init_process_group``'s ``env://`` does."""
+    if rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return None
+    import datetime
+
+    import torch.distributed as dist
+
+    return dist.TCPStore(host, port, world, is_master=True, timeout=datetime.timedelta(seconds=timeout_s),
+                         wait_for_workers=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,9 +98,22 @@ def main(argv: list[str] | None = None) -> int:
             device = "cuda"
     except ImportError:  # pragma: no cover - torch is a dependency
         pass
+    name = ns.name or (ns.module or Path(ns.script).stem)
+    job = job_from_dict(
+        {"name": name, "entrypoint": entry, "args": list(args), "world_size": world,
+         "ranks_per_node": local_world, "device": device,
+         "iterations": {"warmup": ns.warmup, "measured": ns.measured,
+                        **({"boundary": ns.boundary} if ns.boundary else {})}},
+        base_dir=os.getcwd(),
+    )
     run = RunDir(Path(ns.out))
+    try:  # every rank checks (it only reads), so all of them stop, not rank 0 alone
+        run.claim(job, remedy="remove it, or choose another --out")
+    except PrismError as e:
+        raise SystemExit(f"prism.record: {e}") from None
     ranks_dir = run.root / "ranks"
     ranks_dir.mkdir(parents=True, exist_ok=True)
+    server = _host_store(rank, world, host, port, ns.timeout)  # noqa: F841 - serves the others until rank 0 exits
     spec = WorkerSpec(
         shim=ShimConfig(rank=rank, world_size=world, local_rank=local_rank, ranks_per_node=local_world,
                         device=device, store_addr=f"{host}:{port}", timeout_s=ns.timeout,
@@ -115,14 +145,6 @@ def main(argv: list[str] | None = None) -> int:
         if time.monotonic() > deadline:
             raise SystemExit(f"prism.record: only {store.add('prism/record/done', 0)} of {world} ranks finished")
         time.sleep(0.05)
-    name = ns.name or (ns.module or Path(ns.script).stem)
-    job = job_from_dict(
-        {"name": name, "entrypoint": entry, "args": list(args), "world_size": world,
-         "ranks_per_node": local_world, "device": device,
-         "iterations": {"warmup": ns.warmup, "measured": ns.measured,
-                        **({"boundary": ns.boundary} if ns.boundary else {})}},
-        base_dir=os.getcwd(),
-    )
     run.save_job(job)
     records = [pickle.loads(record_path(ranks_dir, r).read_bytes()) for r in range(world)]
     write_graph(assemble_graph(job, records, kind="real"), run.graph_dir("real"))

@@ -62,7 +62,8 @@ class RunDir:
         header = f"{FROZEN_HEADER} (base_dir: {job.base_dir})\n"
         atomic_write_text(self.job_file, header + yaml.safe_dump(_frozen(job), sort_keys=False))
 
-    def claim(self, job: JobConfig, *, replace: bool = False) -> None:
+    def claim(self, job: JobConfig, *, replace: bool = False,
+              remedy: str = "Pass --force to replace that run, or choose another --out") -> None:
         """Check that RUN may hold ``job`` before a command writes a recording or a collection into it.
 
         A run directory of the same program (``PROGRAM_KEYS`` equal) is kept: its collected and
@@ -85,7 +86,7 @@ class RunDir:
             key = changed[0]
             raise RunDirError(f"{self.root} holds a run of another program ({key}: {old.get(key)!r} there, "
                               f"{new.get(key)!r} now); its collected and calibrated data would not match. "
-                              "Pass --force to replace that run, or choose another --out")
+                              f"{remedy}")
         log.warning("%s: replacing the run of another program (%s changed)", self.root, ", ".join(changed))
         for entry in self.root.iterdir():
             if entry != self.job_file:

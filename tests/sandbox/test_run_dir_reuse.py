@@ -1,6 +1,12 @@
 """Writing a recording into a run directory that already holds one: the same program keeps the
 run's collected and calibrated data; another program is refused unless ``--force`` replaces it; a
-user's own job file is never overwritten."""
+user's own job file is never overwritten. ``python -m prism.record`` under a user's launcher: a
+plain launch (srun, a shell; rank 0 hosts the store) and torchrun (its agent hosts it)."""
+
+import os
+import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -71,4 +77,50 @@ def test_record_refuses_another_programs_run_and_force_replaces_it(tmp_path, run
     assert forced.returncode == 0, forced.stderr
     assert not marker.exists()
     assert RunDir(tmp_path / "run").load_job().args == ("--n", "8")
+    assert (tmp_path / "run" / "graph" / "real" / "manifest.pb").is_file()
+
+
+def launch_prism_record(tmp_path, out, n: int) -> list[subprocess.CompletedProcess]:
+    """``python -m prism.record`` as torchrun starts it: W=2 processes with RANK, WORLD_SIZE, MASTER_*."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "train.py").write_text(SCRIPT)
+    procs = [subprocess.Popen([sys.executable, "-m", "prism.record", "--out", str(out), "train.py", "--n", str(n)],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
+             for r in range(2)]
+    try:
+        outputs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return [subprocess.CompletedProcess(p.args, p.returncode, *out) for p, out in zip(procs, outputs)]
+
+
+def test_prism_record_under_a_users_launcher_refuses_another_programs_run(tmp_path):
+    out = tmp_path / "run"
+    first = launch_prism_record(tmp_path, out, 4)
+    assert [p.returncode for p in first] == [0, 0], first[0].stderr + first[1].stderr
+    assert RunDir(out).load_job().args == ("--n", "4")
+    assert (out / "graph" / "real" / "manifest.pb").is_file()
+    again = launch_prism_record(tmp_path, out, 8)
+    for p in again:  # every rank stops before running the script, with the reason in one line
+        assert p.returncode != 0
+        assert "holds a run of another program (args: ['--n', '4'] there, ['--n', '8'] now)" in p.stderr
+        assert "remove it, or choose another --out" in p.stderr and "Traceback" not in p.stderr
+    assert RunDir(out).load_job().args == ("--n", "4")
+
+
+def test_prism_record_under_torchrun_uses_its_agents_store(tmp_path):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port)]
+    result = subprocess.run([*torchrun, "-m", "prism.record", "--out", "run", "train.py"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert RunDir(tmp_path / "run").load_job().world_size == 2
     assert (tmp_path / "run" / "graph" / "real" / "manifest.pb").is_file()
