@@ -86,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     world = _env_int("WORLD_SIZE", "SLURM_NTASKS")
     local_rank = _env_int("LOCAL_RANK", "SLURM_LOCALID", default=0)
     local_world = _env_int("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", default=world)
+    if "MASTER_ADDR" not in os.environ and int(os.environ.get("SLURM_NNODES", "1")) > 1:
+        raise SystemExit("prism.record: MASTER_ADDR is not set and the job spans "
+                         f"{os.environ['SLURM_NNODES']} nodes; export MASTER_ADDR (the host of rank 0, e.g. "
+                         "$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1)) and MASTER_PORT before srun")
     host = os.environ.get("MASTER_ADDR", "127.0.0.1")
     port = _env_int("MASTER_PORT", default=29500)
     entry = f"-m {ns.module}" if ns.module else str(Path(ns.script).resolve())

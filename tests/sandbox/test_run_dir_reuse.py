@@ -124,3 +124,12 @@ def test_prism_record_under_torchrun_uses_its_agents_store(tmp_path):
     assert result.returncode == 0, result.stderr
     assert RunDir(tmp_path / "run").load_job().world_size == 2
     assert (tmp_path / "run" / "graph" / "real" / "manifest.pb").is_file()
+
+
+def test_prism_record_across_slurm_nodes_without_master_addr_says_what_to_set(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "MASTER_ADDR"}
+    result = subprocess.run([sys.executable, "-m", "prism.record", "--out", "run", "train.py"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60,
+                            env=dict(env, SLURM_PROCID="0", SLURM_NTASKS="4", SLURM_NNODES="2"))
+    assert result.returncode == 1
+    assert "MASTER_ADDR is not set and the job spans 2 nodes; export MASTER_ADDR" in result.stderr
