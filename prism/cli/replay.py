@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from rich.console import Console
 from rich.table import Table
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     for i, t in enumerate(result.step_times_ns):
         rec = result.recorded_step_times_ns[i] if i < len(result.recorded_step_times_ns) else -1
         table.add_row(str(i), f"{rec / 1e6:.2f}" if rec >= 0 else "-", f"{t / 1e6:.2f}",
-                      f"{losses[i]:.6g}" if i < len(losses) else "-")
+                      f"{losses[i]:.6g}" if i < len(losses) and not math.isnan(losses[i]) else "-")
     console = Console()
     console.print(table)
     console.print(f"mean iteration after {result.warmup_steps} warmup step(s): recorded "
@@ -64,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json_out, "w") as f:
             json.dump({"rank": args.rank, "timing": args.timing, "values": args.values,
                        "recorded_step_times_ns": list(result.recorded_step_times_ns),
-                       "replayed_step_times_ns": list(result.step_times_ns), "losses": list(losses),
+                       "replayed_step_times_ns": list(result.step_times_ns),
+                       "losses": [None if math.isnan(x) else x for x in losses],  # no loss: null, not NaN
                        "error": result.error}, f, indent=1)
     return 0

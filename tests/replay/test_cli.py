@@ -37,3 +37,19 @@ def test_values_and_debug_need_what_they_use(run_without_graph):
     if importlib.util.find_spec("debugpy") is None:
         with pytest.raises(ReplayError, match="pip install debugpy"):
             replay_rank(run_without_graph, 0, debug_port=5678)
+
+
+def test_a_job_without_a_loss_replays_with_no_nan_in_the_table_or_the_json(tmp_path, run_prism):
+    import json
+
+    (tmp_path / "train.py").write_text(
+        "import torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+        "for _ in range(3):\n    t = torch.ones(4); dist.all_reduce(t)\n")
+    (tmp_path / "job.yaml").write_text("name: noloss\nentrypoint: train.py\nworld_size: 2\n"
+                                       "iterations: {warmup: 1, measured: 2}\n")
+    assert run_prism("record", "--job", str(tmp_path / "job.yaml"), "--out", str(tmp_path / "run")).returncode == 0
+    out = run_prism("replay", str(tmp_path / "run"), "--rank", "1", "--json", str(tmp_path / "replay.json"))
+    assert out.returncode == 0, out.stderr
+    assert "nan" not in out.stdout.lower()
+    data = json.loads((tmp_path / "replay.json").read_text())
+    assert data["losses"] and all(x is None for x in data["losses"])
