@@ -115,7 +115,8 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
         collected = captured_losses(run, r)
         bitwise = collected is not None and losses_bitwise_equal(row.get("losses", []), collected)
         rows[r] = {"prism": {**dataclasses.asdict(fid), "memory_source": real.summaries[r].memory_source,
-                             "losses_bitwise_collected": bitwise, "oom": row["oom"], "diverged_ops": len(row.get("diverged_ops", [])),
+                             "losses_bitwise_collected": bitwise, "oom": row["oom"],
+                             "has_loss": any(not math.isnan(x) for x in real.summaries[r].losses), "diverged_ops": len(row.get("diverged_ops", [])),
                              "real_time_spread": dataclasses.asdict(spread) if spread else None,
                              "calibrated_ms": cal.report.ranks[r].calibrated_step_ns / 1e6
                              if cal.report.ranks[r].calibrated_steps_ns else None},
@@ -205,8 +206,12 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
         p, f = v["prism"], v["torch_fake"]
         t = p["time"]
         cells["comm signature match"].append(_pct(p["signature_match"]))
-        cells["losses bitwise = collected"].append("yes" if p.get("losses_bitwise_collected") else "no")
-        cells["losses equal real"].append("yes" if p["losses_equal"] else f"no (max rel {p['max_loss_rel_diff']:.1e})")
+        if not p.get("has_loss", True):  # nothing to compare: no step of the real run had a backward
+            cells["losses bitwise = collected"].append("— (no loss)")
+            cells["losses equal real"].append("— (no loss)")
+        else:
+            cells["losses bitwise = collected"].append("yes" if p.get("losses_bitwise_collected") else "no")
+            cells["losses equal real"].append("yes" if p["losses_equal"] else f"no (max rel {p['max_loss_rel_diff']:.1e})")
         cells["iteration time error (mean)"].append(_pct(t["mean_rel_error"], "+"))
         cells["iteration time error (max step)"].append(_pct(t["max_rel_error"]))
         cells["iteration ms (real)"].append(f"{_ms(t['real_mean_ms'])} (emu {_ms(t['mean_ms'])})")
@@ -235,7 +240,8 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
             ft = f["time"]
             cells["comm signature match"].append(_pct(f["signature_match"]))
             cells["losses bitwise = collected"].append("—")
-            cells["losses equal real"].append("yes" if f["losses_equal"] else "no (garbage values)")
+            cells["losses equal real"].append("—" if not p.get("has_loss", True)
+                                              else "yes" if f["losses_equal"] else "no (garbage values)")
             cells["iteration time error (mean)"].append(f"{_pct(ft['mean_rel_error'], '+')} (no peer waits)")
             cells["iteration time error (max step)"].append(_pct(ft["max_rel_error"]))
             cells["iteration ms (real)"].append(f"(fake {_ms(ft['mean_ms'])})")
