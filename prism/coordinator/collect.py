@@ -153,7 +153,10 @@ def collect_job(job: JobConfig, run_dir: str | Path, options: CollectOptions | N
 
 def _collect(job: JobConfig, run: RunDir, staging: Path, options: CollectOptions,
              on_progress: Callable[[CollectProgress], None] | None, workspace: Workspace) -> CollectResult:
-    num_slots = options.slots or job.slots
+    perms = _replicas(job)
+    ranks = tuple(r for r in range(job.world_size) if r == min(p[r] for p in perms)) if perms else None
+    # More slots than ranks that run would stay empty; the report says how many were used.
+    num_slots = min(options.slots or job.slots, len(ranks) if ranks else job.world_size)
     switcher = options.switcher or make_switcher(job.device)
     store = PayloadStore(staging / "payloads")
     store.directory.mkdir()
@@ -162,8 +165,6 @@ def _collect(job: JobConfig, run: RunDir, staging: Path, options: CollectOptions
     pruned = (PrunedDataRecorder(staging, parse_rank_ranges(job.values.ranks, job.world_size),
                                  tree_all_reduce=policy_from_env(job.env).tree_all_reduce)
               if job.values.ranks and job.values.record != "none" else None)
-    perms = _replicas(job)
-    ranks = tuple(r for r in range(job.world_size) if r == min(p[r] for p in perms)) if perms else None
     rules = None
     if job.comm_inputs.source == "rules" or perms:
         rules = RuleSet(job.comm_inputs, base_dir=job.base_dir, world_size=job.world_size,

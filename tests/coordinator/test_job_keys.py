@@ -46,3 +46,14 @@ def test_templates_and_mesh_order_load_and_freeze_back(tmp_path):
     job = job_from_dict(data, base_dir=DIR)
     assert job.templates == "dp" and job.parallelism.mesh == ("pp", "dp", "cp", "tp")
     assert job_from_dict(job_to_dict(job), base_dir=DIR) == job
+
+
+@pytest.mark.timeout(120)
+def test_more_slots_than_ranks_collects_on_as_many_slots_as_ranks(tmp_path):
+    from prism.coordinator import CollectOptions, collect_job
+    from prism.core.config import load_job
+
+    job = load_job(DIR / "job.yaml")
+    result = collect_job(job, tmp_path / "run", CollectOptions(slots=job.world_size + 3, timeout_s=100))
+    assert result.num_slots == job.world_size and result.graph.meta["slots"] == str(job.world_size)
+    assert result.max_active <= job.world_size
