@@ -8,7 +8,6 @@ chart per step (docs/analyze.md)."""
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from prism.graph.io import read_graph
 from prism.graph.records import Graph
 from prism.graph.templates import dp_permutations
 from prism.vrank_replayer.emulate_report import REPORT_FILE, load_emulation
+from prism.core.strict_json import dumps_strict
 
 from . import non_negative_int
 
@@ -99,7 +99,7 @@ def analyze_target(target: str | Path, *, graph_kind: str | None = None, skip: i
     out = Path(out_dir) if out_dir else target / "analysis"
     out.mkdir(parents=True, exist_ok=True)
     data = {"source": source, "skip_steps": skip, **report.to_json()}
-    atomic_write_text(out / "analysis.json", json.dumps(data, indent=1))
+    atomic_write_text(out / "analysis.json", dumps_strict(data, indent=1))
     gantts = tuple(write_gantt(graph, s.step, out / f"gantt-step{s.step}.png", t_lb_ns=s.lower_bound_ns,
                                highlight=frozenset(s.chain_nodes),
                                title=f"{graph.job_name or source} step {s.step}: observed {s.observed_ns / 1e6:.1f} ms, "

@@ -5,13 +5,13 @@ real run's when RUN/graph/real exists."""
 from __future__ import annotations
 
 import argparse
-import json
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from prism.vrank_replayer.calibrate_run import CalibrateResult, calibrate_run, mean_measured_ns
+from prism.core.strict_json import dumps_strict
 
 from . import add_timeout_argument, non_negative_int, positive_int
 from .devices import add_device_arguments, device_options
@@ -98,8 +98,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json_out:
         uncalibrated, calibrated = _iteration_ms(result)
         with open(args.json_out, "w") as f:
-            json.dump({"ranks": result_rows(result), "iteration_ms": calibrated,
-                       "uncalibrated_iteration_ms": uncalibrated, "ranks_without_steps": _no_steps(result),
-                       "host_probe_ms": list(result.host_probe_ms)}, f,
-                      indent=2)
+            f.write(dumps_strict({"ranks": result_rows(result), "iteration_ms": calibrated,
+                                  "uncalibrated_iteration_ms": uncalibrated, "ranks_without_steps": _no_steps(result),
+                                  "host_probe_ms": list(result.host_probe_ms)}, indent=2))
     return 0

@@ -4,7 +4,6 @@ played by a replayer (pruned collectives with compensated chunks, docs/virtual-r
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from rich.console import Console
@@ -17,6 +16,7 @@ from prism.core.units import parse_bytes
 from prism.core.whatif import SandboxChange, parse_args_text, parse_env_items
 from prism.vrank_replayer import EmulateOptions
 from prism.vrank_replayer.emulate_report import emulate_and_report
+from prism.core.strict_json import dumps_strict
 
 from . import EXIT_OOM, add_timeout_argument, positive_int
 from .devices import add_device_arguments, device_options
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     data = report.data
     code = EXIT_OOM if "failed" in data else 0
     if args.json:
-        print(json.dumps(data, indent=2))
+        print(dumps_strict(data, indent=2))
         return code
     table = Table(title=f"emulated W={world} with ranks {args.ranks} real, vranks {data['clock']} "
                         f"({data.get('wall_s', 0):.1f} s), first {data['skip_steps']} step(s) skipped",

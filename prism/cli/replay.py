@@ -5,7 +5,6 @@ each comm op completes at its recorded time (or one estimated from the other rec
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
 from rich.console import Console
@@ -13,6 +12,7 @@ from rich.table import Table
 
 from prism.core.whatif import parse_args_text
 from prism.sandbox.replaying import DEBUGPY_PORT, TIMINGS, replay_rank
+from prism.core.strict_json import dumps_strict
 
 from . import add_timeout_argument, non_negative_int
 
@@ -63,9 +63,8 @@ def run(args: argparse.Namespace) -> int:
                   f"({result.error:+.2%})", highlight=False)
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"rank": args.rank, "timing": args.timing, "values": args.values,
-                       "recorded_step_times_ns": list(result.recorded_step_times_ns),
-                       "replayed_step_times_ns": list(result.step_times_ns),
-                       "losses": [None if math.isnan(x) else x for x in losses],  # no loss: null, not NaN
-                       "error": result.error}, f, indent=1)
+            f.write(dumps_strict({"rank": args.rank, "timing": args.timing, "values": args.values,
+                                  "recorded_step_times_ns": list(result.recorded_step_times_ns),
+                                  "replayed_step_times_ns": list(result.step_times_ns), "losses": list(losses),
+                                  "error": result.error}, indent=1))
     return 0

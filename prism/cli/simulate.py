@@ -5,7 +5,6 @@ members issued it and lasts its measured transfer time."""
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from prism.core.errors import RunDirError
 from prism.core.rundir import RunDir
 from prism.graph.io import read_graph
 from prism.graph.simulate import compare_steps, simulate
+from prism.core.strict_json import dumps_strict
 
 from . import non_negative_int
 
@@ -75,5 +75,5 @@ def run(args: argparse.Namespace) -> int:
     result = simulate_run(args.run, args.graph, args.skip)
     print_simulation(result)
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=2))
+        Path(args.json_out).write_text(dumps_strict(result, indent=2))
     return 0

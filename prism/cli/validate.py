@@ -27,6 +27,7 @@ from prism.core.errors import PrismError, RankFailedError
 from prism.core.host_speed import probe_ms
 from prism.core.isolation import outside_writes
 from prism.core.ranks import parse_rank_ranges
+from prism.core.strict_json import nonfinite_as_null
 from prism.graph.compare import match_ratio
 from prism.sandbox.recording import record_job, walk_rank
 from prism.vrank_replayer import EmulateOptions, captured_losses
@@ -121,7 +122,7 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
                              "calibrated_ms": cal.report.ranks[r].calibrated_step_ns / 1e6
                              if cal.report.ranks[r].calibrated_steps_ns else None},
                    "torch_fake": _torch_fake(job, r, real, skip, timeout_s, run) if torch_fake else None}
-    return without_nan({"job": job.name, "world_size": job.world_size, "sandbox_ranks": list(ranks),
+    return nonfinite_as_null({"job": job.name, "world_size": job.world_size, "sandbox_ranks": list(ranks),
                         "run_dir": str(run), "skip_steps": skip, "real_repeats": real_repeats,
                         "calibration_repeats": calibration_repeats,
                         "host_probe_ms": {"record": record_probe, "calibrate": list(cal.host_probe_ms),
@@ -140,17 +141,6 @@ def _pct(x, sign: str = "") -> str:
 
 def _ms(x) -> str:
     return f"{x:.2f}" if _known(x) else "—"
-
-
-def without_nan(value):
-    """``value`` with every NaN as None (JSON null): a figure that could not be measured."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: without_nan(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [without_nan(v) for v in value]
-    return value
 
 
 def _b(b) -> str:

@@ -25,6 +25,7 @@ from prism.core.balance import router_summary
 from prism.core.errors import RankOOMError, RunDirError
 from prism.core.host_speed import parse_probes, probe_ms
 from prism.core.rundir import RunDir
+from prism.core.strict_json import dumps_strict
 from prism.core.whatif import SandboxChange
 from prism.core.workerspec import record_path
 from prism.graph.export import to_chrome_trace, write_chrome_trace
@@ -253,7 +254,7 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
                                     use_timed=use_timed, skip_steps=skip_steps)
         report.data["baseline"] = {r: _view(row) for r, row in base.data["ranks"].items()}
         report.data["baseline_dir"] = str(base.out_dir)
-        atomic_write_text(report.out_dir / REPORT_FILE, json.dumps(report.data, indent=1))
+        atomic_write_text(report.out_dir / REPORT_FILE, dumps_strict(report.data, indent=1))
         return report
     job = run.load_job()
     timed_dir = run.graph_dir("timed")
@@ -330,12 +331,12 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
         data["wall_s"] = result.wall_s
         data["replayers"] = [dataclasses.asdict(p) for p in result.replayers]
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / REPORT_FILE, json.dumps(data, indent=1))
+    atomic_write_text(out / REPORT_FILE, dumps_strict(data, indent=1))
     if real_nodes:
         cosim = _cosim_nodes(timed, out, origin) if timed is not None else {}
         if cosim:
             data["vranks_idle_fraction"] = _vrank_idle(cosim, skip)
-            atomic_write_text(out / REPORT_FILE, json.dumps(data, indent=1))
+            atomic_write_text(out / REPORT_FILE, dumps_strict(data, indent=1))
         graph = emulation_graph(timed, real_nodes, groups, options.steps, job.world_size, cosim)
         write_chrome_trace(out / TIMELINE_FILE, _timeline(graph, real_nodes, cosim=bool(cosim)))
         _write_gantt(graph, skip, out)
