@@ -120,5 +120,4 @@ def test_collect_calibrate_emulate_across_three_slurm_nodes_match_one_host(
         assert rb["peak_memory_bytes"] == pytest.approx(ra["peak_memory_bytes"], rel=0.01)
         assert rb["measured_peak_memory_bytes"] == pytest.approx(ra["measured_peak_memory_bytes"], rel=0.05)
         assert len(rb["step_ms"]) == len(ra["step_ms"]) == len(ra["losses"]) == len(rb["losses"])
-        for x, y in zip(ra["losses"], rb["losses"], strict=True):
-            assert (math.isnan(x) and math.isnan(y)) or x == y, (r, ra["losses"], rb["losses"])
+        assert ra["losses"] == rb["losses"], r  # a step without a loss is null in report.json on both
