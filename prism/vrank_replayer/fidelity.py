@@ -135,22 +135,27 @@ class RankFidelity:
     """Both kinds equal every real run's."""
 
 
-def _loss_diff(a: float, b: float) -> float:
-    if math.isnan(a) and math.isnan(b):
-        return 0.0
+def _no_loss(x: float | None) -> bool:
+    """A step without a loss: NaN in memory, null once written as JSON (prism.core.strict_json)."""
+    return x is None or math.isnan(x)
+
+
+def _loss_diff(a: float | None, b: float | None) -> float:
+    if _no_loss(a) or _no_loss(b):
+        return 0.0 if _no_loss(a) and _no_loss(b) else math.inf
     return abs(a - b) / max(abs(b), 1e-30)
 
 
 def losses_equal(got: Sequence[float], want: Sequence[float]) -> bool:
-    """Same number of losses, each within :data:`LOSS_REL_TOLERANCE` (NaN equals NaN)."""
+    """Same number of losses, each within :data:`LOSS_REL_TOLERANCE` (no loss equals no loss)."""
     return len(got) == len(want) and all(
         _loss_diff(a, b) <= LOSS_REL_TOLERANCE for a, b in zip(got, want, strict=True))
 
 
 def losses_bitwise_equal(got: Sequence[float], want: Sequence[float]) -> bool:
-    """Same number of losses, each the same float (NaN equals NaN)."""
+    """Same number of losses, each the same float (no loss equals no loss: NaN or null)."""
     return len(got) == len(want) and all(
-        (math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(got, want, strict=True))
+        (_no_loss(a) and _no_loss(b)) or a == b for a, b in zip(got, want, strict=True))
 
 
 def rank_fidelity(rank: int, real: Graph, nodes: Sequence[Node], groups: dict[str, GroupInfo], *,
