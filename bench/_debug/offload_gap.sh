@@ -5,19 +5,8 @@
 # unchanged, then rank 1 with DDP_OFFLOAD_ACTIVATIONS=1 emulated under each probe of
 # bench/_debug/gil_probe beside real runs of the offload job, step medians and per-thread CPU.
 #   PYTHONPATH=$PWD bash bench/_debug/offload_gap.sh /tmp/og [$OUT]
-set -u
-W=${1:-/tmp/og}; OUT=${2:-$W}; rm -rf "$W"; mkdir -p "$W/threads" "$OUT"
-ROOT=$PWD
-prism() { python3 -c "import sys; from prism.cli.main import main; sys.argv[0] = 'prism'; sys.exit(main())" "$@"; }
-sed -e "s#\.\./\.\./\.\./\.\./examples#$ROOT/examples#" -e 's/"--steps", "8"/"--steps", "60"/' \
-    -e 's/measured: 6/measured: 58/' tests/assets/jobs/ddp_cfg_sleep/job.yaml > "$W/job.yaml"
-sed 's/env: {}/env: {DDP_OFFLOAD_ACTIVATIONS: "1"}/' "$W/job.yaml" > "$W/job_off.yaml"
-prism record --job "$W/job.yaml" --out "$W/run" > "$W/record.log" 2>&1 && prism calibrate "$W/run" > "$W/cal.log" 2>&1 \
-    || { tail -20 "$W/record.log" "$W/cal.log"; exit 1; }
-real_p50() { python3 -c "
-import statistics, sys; from prism.graph.io import read_graph
-g = read_graph(sys.argv[1] + '/graph/real')
-print(' '.join(f'{statistics.median(s.step_times_ns[2:]) / 1e6:.1f}' for r, s in sorted(g.summaries.items())))" "$1"; }
+W=${1:-/tmp/og}; OUT=${2:-$W}; SUBDIR=threads
+source "$(dirname "$0")/offload_setup.sh"
 threads() { python3 - "$W/threads" <<'PY'
 import collections, pathlib, sys
 for f in sorted(pathlib.Path(sys.argv[1]).glob("threads-*.txt")):

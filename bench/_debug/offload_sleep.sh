@@ -5,15 +5,8 @@
 # unchanged one with bench/_debug/gil_probe's PROBE_SLEEP: per process, the median oversleep of the
 # job's sleeps and the median work between them (steps 5 onwards).
 #   PYTHONPATH=$PWD bash bench/_debug/offload_sleep.sh /tmp/os [$OUT]
-set -u
-W=${1:-/tmp/os}; OUT=${2:-$W}; rm -rf "$W"; mkdir -p "$W/sleep" "$OUT"
-ROOT=$PWD
-prism() { python3 -c "import sys; from prism.cli.main import main; sys.argv[0] = 'prism'; sys.exit(main())" "$@"; }
-sed -e "s#\.\./\.\./\.\./\.\./examples#$ROOT/examples#" -e 's/"--steps", "8"/"--steps", "60"/' \
-    -e 's/measured: 6/measured: 58/' tests/assets/jobs/ddp_cfg_sleep/job.yaml > "$W/job.yaml"
-sed 's/env: {}/env: {DDP_OFFLOAD_ACTIVATIONS: "1"}/' "$W/job.yaml" > "$W/job_off.yaml"
-prism record --job "$W/job.yaml" --out "$W/run" > "$W/record.log" 2>&1 && prism calibrate "$W/run" > "$W/cal.log" 2>&1 \
-    || { tail -20 "$W/record.log" "$W/cal.log"; exit 1; }
+W=${1:-/tmp/os}; OUT=${2:-$W}; SUBDIR=sleep
+source "$(dirname "$0")/offload_setup.sh"
 sleeps() { python3 - "$W/sleep" "$1" <<'PY'
 import json, pathlib, statistics, sys
 for f in sorted(pathlib.Path(sys.argv[1]).glob("sleep-*.json")):
@@ -28,10 +21,6 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("sleep-*.json")):
           f"| {d['argv'][:70]}")
 PY
 }
-real_p50() { python3 -c "
-import statistics, sys; from prism.graph.io import read_graph
-g = read_graph(sys.argv[1] + '/graph/real')
-print(' '.join(f'{statistics.median(s.step_times_ns[2:]) / 1e6:.1f}' for r, s in sorted(g.summaries.items())))" "$1"; }
 for i in 1 2; do
     for kind in off base; do
         job=$W/job.yaml; envs=(); [ $kind = off ] && { job=$W/job_off.yaml; envs=(--env DDP_OFFLOAD_ACTIVATIONS=1); }
