@@ -20,11 +20,11 @@ from prism.analysis.gantt import write_gantt
 from prism.core.atomic import atomic_write_text
 from prism.core.errors import RunDirError
 from prism.core.rundir import RunDir
+from prism.core.strict_json import dumps_strict
 from prism.graph.io import read_graph
 from prism.graph.records import Graph
 from prism.graph.templates import dp_permutations
 from prism.vrank_replayer.emulate_report import REPORT_FILE, load_emulation
-from prism.core.strict_json import dumps_strict
 
 from . import non_negative_int
 

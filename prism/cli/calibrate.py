@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from prism.vrank_replayer.calibrate_run import CalibrateResult, calibrate_run, mean_measured_ns
 from prism.core.strict_json import dumps_strict
+from prism.vrank_replayer.calibrate_run import CalibrateResult, calibrate_run, mean_measured_ns
 
 from . import add_timeout_argument, non_negative_int, positive_int
 from .devices import add_device_arguments, device_options

@@ -12,11 +12,11 @@ from rich.table import Table
 
 from prism.core.ranks import parse_rank_ranges
 from prism.core.rundir import RunDir
+from prism.core.strict_json import dumps_strict
 from prism.core.units import parse_bytes
 from prism.core.whatif import SandboxChange, parse_args_text, parse_env_items
 from prism.vrank_replayer import EmulateOptions
 from prism.vrank_replayer.emulate_report import emulate_and_report
-from prism.core.strict_json import dumps_strict
 
 from . import EXIT_OOM, add_timeout_argument, positive_int
 from .devices import add_device_arguments, device_options

@@ -10,9 +10,9 @@ import math
 from rich.console import Console
 from rich.table import Table
 
+from prism.core.strict_json import dumps_strict
 from prism.core.whatif import parse_args_text
 from prism.sandbox.replaying import DEBUGPY_PORT, TIMINGS, replay_rank
-from prism.core.strict_json import dumps_strict
 
 from . import add_timeout_argument, non_negative_int
 

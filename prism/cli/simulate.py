@@ -13,9 +13,9 @@ from rich.table import Table
 
 from prism.core.errors import RunDirError
 from prism.core.rundir import RunDir
+from prism.core.strict_json import dumps_strict
 from prism.graph.io import read_graph
 from prism.graph.simulate import compare_steps, simulate
-from prism.core.strict_json import dumps_strict
 
 from . import non_negative_int
 

@@ -117,18 +117,19 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
         bitwise = collected is not None and losses_bitwise_equal(row.get("losses", []), collected)
         rows[r] = {"prism": {**dataclasses.asdict(fid), "memory_source": real.summaries[r].memory_source,
                              "losses_bitwise_collected": bitwise, "oom": row["oom"],
-                             "has_loss": any(not math.isnan(x) for x in real.summaries[r].losses), "diverged_ops": len(row.get("diverged_ops", [])),
+                             "has_loss": any(not math.isnan(x) for x in real.summaries[r].losses),
+                             "diverged_ops": len(row.get("diverged_ops", [])),
                              "real_time_spread": dataclasses.asdict(spread) if spread else None,
                              "calibrated_ms": cal.report.ranks[r].calibrated_step_ns / 1e6
                              if cal.report.ranks[r].calibrated_steps_ns else None},
                    "torch_fake": _torch_fake(job, r, real, skip, timeout_s, run) if torch_fake else None}
     return nonfinite_as_null({"job": job.name, "world_size": job.world_size, "sandbox_ranks": list(ranks),
-                        "run_dir": str(run), "skip_steps": skip, "real_repeats": real_repeats,
-                        "calibration_repeats": calibration_repeats,
-                        "host_probe_ms": {"record": record_probe, "calibrate": list(cal.host_probe_ms),
-                                          "emulate": emu.data["host_probe_ms"]},
-                        "emulation": str(emu.out_dir), "ranks": rows, "outside_writes": outside_writes(run),
-                        "ranks_without_steps": [r for r in ranks_without_steps(real) if r in ranks]})
+                              "run_dir": str(run), "skip_steps": skip, "real_repeats": real_repeats,
+                              "calibration_repeats": calibration_repeats,
+                              "host_probe_ms": {"record": record_probe, "calibrate": list(cal.host_probe_ms),
+                                                "emulate": emu.data["host_probe_ms"]},
+                              "emulation": str(emu.out_dir), "ranks": rows, "outside_writes": outside_writes(run),
+                              "ranks_without_steps": [r for r in ranks_without_steps(real) if r in ranks]})
 
 
 def _known(x) -> bool:
