@@ -25,10 +25,10 @@ dist.destroy_process_group()
 """
 
 
-def write_job(directory, n: int, name: str = "job.yaml"):
+def write_job(directory, n: int):
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "train.py").write_text(SCRIPT)
-    path = directory / name
+    path = directory / "job.yaml"
     path.write_text(f"name: reuse\nentrypoint: train.py\nargs: ['--n', '{n}']\nworld_size: 2\n")
     return path
 
@@ -80,11 +80,15 @@ def test_record_refuses_another_programs_run_and_force_replaces_it(tmp_path, run
     assert (tmp_path / "run" / "graph" / "real" / "manifest.pb").is_file()
 
 
-def launch_prism_record(tmp_path, out, n: int) -> list[subprocess.CompletedProcess]:
-    """``python -m prism.record`` as torchrun starts it: W=2 processes with RANK, WORLD_SIZE, MASTER_*."""
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+def launch_prism_record(tmp_path, out, n: int) -> list[subprocess.CompletedProcess]:
+    """``python -m prism.record`` as a plain launcher starts it: W=2 processes with RANK, WORLD_SIZE, MASTER_*."""
+    port = free_port()
     (tmp_path / "train.py").write_text(SCRIPT)
     procs = [subprocess.Popen([sys.executable, "-m", "prism.record", "--out", str(out), "train.py", "--n", str(n)],
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -115,10 +119,8 @@ def test_prism_record_under_a_users_launcher_refuses_another_programs_run(tmp_pa
 
 def test_prism_record_under_torchrun_uses_its_agents_store(tmp_path):
     (tmp_path / "train.py").write_text(SCRIPT)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port)]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                "--master-port", str(free_port())]
     result = subprocess.run([*torchrun, "-m", "prism.record", "--out", "run", "train.py"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
