@@ -16,6 +16,7 @@ A plain PyTorch program (run it with torchrun); it knows nothing about prism.
 """
 import argparse
 import contextlib
+import ctypes
 import logging
 import os
 import time
@@ -137,11 +138,17 @@ def offload_activations(device):
         return torch.autograd.graph.save_on_cpu(pin_memory=True)
 
     def pack(t):
-        # Not t.numpy(): that would make the storage non-resizable, and FSDP2 frees an unsharded
-        # parameter (saved by its Linear) by resizing its storage to 0.
-        host = np.empty(t.shape, dtype=torch.empty((), dtype=t.dtype).numpy().dtype)
-        torch.from_numpy(host).copy_(t.detach())
-        return host
+        # Read through the tensor's address: t.numpy() would make the storage non-resizable (and
+        # FSDP2 frees an unsharded parameter, which its Linear saves, by resizing its storage to 0),
+        # and a torch op writing into the host array would hand its storage to the allocator's
+        # accounting (a memory tracker would count the host bytes until the op's result dies).
+        t = t.detach()
+        itemsize = t.element_size()
+        span = (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * itemsize if t.numel() else 0
+        raw = np.frombuffer((ctypes.c_byte * span).from_address(t.data_ptr()), dtype=np.uint8)
+        dtype = np.dtype(str(t.dtype).removeprefix("torch."))
+        view = np.lib.stride_tricks.as_strided(raw.view(dtype), t.shape, [s * itemsize for s in t.stride()])
+        return view.copy()
 
     def unpack(array):  # back "to the device": a torch allocation again
         return torch.from_numpy(array).clone()
