@@ -14,7 +14,7 @@ from prism.sandbox.recorder import Recorder
 
 class Null:
     def on_issue(self, req): return 0
-    def on_complete(self, token, end_event=None): pass
+    def on_complete(self, token, end_event=None, done_ns=None): pass
     def on_wait(self, token): return lambda: None
     def on_group(self, group): pass
 

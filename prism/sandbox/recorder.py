@@ -59,22 +59,30 @@ _PRISM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _C10D_FILE = "distributed_c10d.py"
 
 
-_C10D, _INSIDE, _OUTSIDE = 0, 1, 2
-_code_kind: dict[object, int] = {}
-"""Code object -> where its file lies (c10d, torch or prism, or the user's code): a pipeline
-schedule issues each message dozens of frames below the script, so the walk classifies each
-frame's code once, not its file name on every op."""
+_C10D, _C10D_ASYNC, _INSIDE, _OUTSIDE = 0, 1, 2, 3
+_code_kind: dict[int, tuple[object, int]] = {}
+"""id(code) -> (code, where its file lies: c10d (with an ``async_op`` argument or not), torch or
+prism, or the user's code). A pipeline schedule issues each message dozens of frames below the
+script, so the walk classifies each frame's code once. Keyed by id: a code object's hash is
+computed anew on every lookup (Python 3.11 hashes its constants and names each time); the entry
+keeps the code alive, so its id is not reused."""
+_sites: dict[tuple[int, int], str] = {}
+"""(id(code), instruction offset) of the user's frame -> ``file:line`` (the code is kept alive by
+``_code_kind``). ``f_lineno`` scans the code's line table on every read."""
 
 
 def _kind_of(code) -> int:
-    kind = _code_kind.get(code)
-    if kind is None:
-        filename = code.co_filename
-        if not filename.startswith((_TORCH_DIR, _PRISM_DIR, "<")):
-            kind = _OUTSIDE
-        else:
-            kind = _C10D if filename.endswith(_C10D_FILE) else _INSIDE
-        _code_kind[code] = kind
+    entry = _code_kind.get(id(code))
+    if entry is not None:
+        return entry[1]
+    filename = code.co_filename
+    if not filename.startswith((_TORCH_DIR, _PRISM_DIR, "<")):
+        kind = _OUTSIDE
+    elif filename.endswith(_C10D_FILE):
+        kind = _C10D_ASYNC if "async_op" in code.co_varnames else _C10D
+    else:
+        kind = _INSIDE
+    _code_kind[id(code)] = (code, kind)
     return kind
 
 
@@ -86,9 +94,13 @@ def _call_site_and_async(default_async: bool) -> tuple[str, bool]:
     while frame is not None:
         kind = _kind_of(frame.f_code)
         if kind == _OUTSIDE:
-            return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}", is_async
+            key = (id(frame.f_code), frame.f_lasti)
+            site = _sites.get(key)
+            if site is None:
+                site = _sites[key] = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+            return site, is_async
         # f_locals builds a dict of every local (Python 3.11): only where the function has the argument
-        if kind == _C10D and not seen_c10d and "async_op" in frame.f_code.co_varnames and "async_op" in frame.f_locals:
+        if kind == _C10D_ASYNC and not seen_c10d and "async_op" in frame.f_locals:
             is_async = bool(frame.f_locals["async_op"])
             seen_c10d = True
         frame = frame.f_back
