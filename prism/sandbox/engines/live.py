@@ -14,8 +14,9 @@ Ops run on one background thread per *channel* — the collectives of a group, a
 (src, dst, group) message stream — in issue order, so DDP (which waits on futures) and pipeline
 schedules (which post a send and the opposite recv together) both progress. Futures complete
 from those threads. A send or recv whose group transport is up is posted to gloo at once, on the
-caller's thread (as the real backend does); its channel thread only waits for it and completes
-the future — the one hand-off a real gloo run has too (``passthrough``). Recorded data (needed
+caller's thread (as the real backend does) and completed by the thread that waits for it, as
+``passthrough`` does in the real run (``completion.WaitedFuture``); its channel thread waits for
+it only when something else asks or the channel's next message comes first. Recorded data (needed
 only for the divergence flag, never for a recv) is loaded ahead: a channel's records when it is
 first used (:meth:`~prism.nccl_patches.recorded_store.RecordedStore.preload`, within a budget),
 else a few ops ahead.
@@ -72,6 +73,7 @@ from prism.nccl_patches.vplan import device_lanes
 
 from ..memtrack import untracked
 from .base import CommEngine, CommRequest, GroupHandle, complete_op
+from .completion import WaiterClaims
 from .device_path import DeviceLanes
 from .passthrough import PassthroughEngine
 
@@ -161,6 +163,8 @@ class LiveEngine(CommEngine):
         self._recorded = RecordedStore(recorded_dir, prefetch_workers=1) if recorded_dir else None
         self._lock = threading.Lock()
         self._channels: dict[tuple, _Channel] = {}
+        self._claims = WaiterClaims()
+        """Per message channel, the posted send/recv that waits for its waiter."""
         self._transports: dict[str, WideTagTransport] = {}
         self._transport_locks: dict[str, threading.Lock] = {}
         self._num_ops = 0
@@ -282,8 +286,17 @@ class LiveEngine(CommEngine):
         except BaseException as e:  # noqa: BLE001 - delivered to the waiter
             future.set_exception(e)
             return future
-        ch.queue.put((self._finish_p2p, request, future, snapshot, posted))
-        return future
+        # Posted; completed by the thread that waits for it, as record's passthrough does (the
+        # channel thread only when something else asks or the channel's next message comes first).
+        return self._claims.future(channel, (request, snapshot, posted, ch), self._finish_here, self._to_channel)
+
+    def _finish_here(self, future: torch.futures.Future, req: CommRequest, snapshot, posted: _Posted,
+                     _ch: _Channel) -> Callable[[], None]:
+        return self._finish_p2p(req, future, snapshot, posted)
+
+    def _to_channel(self, future: torch.futures.Future, req: CommRequest, snapshot, posted: _Posted,
+                    ch: _Channel) -> None:
+        ch.queue.put((self._finish_p2p, req, future, snapshot, posted))
 
     def _new_channel(self, channel: tuple, request: CommRequest) -> _Channel:
         with self._lock:
@@ -484,6 +497,7 @@ class LiveEngine(CommEngine):
     # ------------------------------------------------------------------------------- finish
 
     def shutdown(self) -> None:
+        self._claims.hand_over_all()
         with self._lock:
             channels = list(self._channels.values())
         for ch in channels:

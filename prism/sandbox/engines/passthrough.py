@@ -30,8 +30,8 @@ import torch.distributed as dist
 from prism.graph.records import CommOp
 
 from ..memtrack import untracked
-from .base import CommEngine, CommRequest, GroupHandle, complete_op
-from .completion import CompletionThreads
+from .base import CommEngine, CommRequest, GroupHandle
+from .completion import CompletionThreads, WaiterClaims, wait_for_work
 
 __all__ = ["PassthroughEngine"]
 
@@ -110,60 +110,6 @@ def _unowned(req: CommRequest) -> CommRequest:
     return dataclasses.replace(req, inputs=[alias(t) for t in req.inputs], outputs=[alias(t) for t in req.outputs])
 
 
-class _WaitedFuture(torch.futures.Future):
-    """The future of a gloo send/recv (which has none of its own), completed by the first thread
-    that waits for it, on that thread, or by the stream's helper thread once anything else asks
-    (``done``, ``value``, ``then``: a poll, a C++ consumer) or the engine hands it over.
-
-    A helper thread that waits for every message costs two more thread hand-offs per message
-    (gloo wakes the helper, which takes the GIL to complete the future, which wakes the script):
-    on a host with few cores that was most of a message's cost under ``prism record``. A gloo
-    send/recv has exactly one waiter: a second wait would consume another message's completion,
-    so the work goes to whoever claims it first (:meth:`PassthroughEngine._claim`)."""
-
-    def __init__(self, engine: PassthroughEngine, work, value: list, extra: dict, stream: tuple) -> None:
-        super().__init__()
-        self._engine = engine
-        self.work = work
-        """gloo's work until a waiter claims it."""
-        self._value = value
-        self._extra = extra
-        self.stream = stream
-
-    def wait(self):
-        work = self._engine._claim(self)
-        if work is not None:
-            try:
-                work.wait()
-            except BaseException as e:  # noqa: BLE001 - the future carries it to every waiter
-                del work
-                self.set_exception(e)
-            else:
-                del work
-                complete_op(self, self._value, self._extra)
-            self._value = self._extra = None
-        return super().wait()
-
-    def hand_over(self) -> None:
-        """Let the stream's helper thread complete the op (unless a waiter has it)."""
-        work = self._engine._claim(self)
-        if work is not None:
-            self._engine._completion.complete(self.stream, work.wait, self, self._value, self._extra)
-            self._value = self._extra = None
-
-    def done(self) -> bool:
-        self.hand_over()
-        return super().done()
-
-    def value(self):
-        self.hand_over()
-        return super().value()
-
-    def then(self, callback):
-        self.hand_over()
-        return super().then(callback)
-
-
 class PassthroughEngine(CommEngine):
     name = "passthrough"
     divides_avg = True
@@ -180,8 +126,8 @@ class PassthroughEngine(CommEngine):
         self._futureless: set[tuple] = set()
         """Kinds of (work type, op, flat, coalesced) whose gloo work has no future."""
         self._lock = threading.Lock()
-        self._unclaimed: dict[tuple, _WaitedFuture] = {}
-        """Per stream, the send/recv whose completion waits for a waiter."""
+        self._claims = WaiterClaims()
+        """Per stream (a peer's sends, a peer's receives), the send/recv that waits for its waiter."""
         # Only where the tracked CPU peak is measured (record's memory pass): elsewhere the aliases
         # would only cost time (prism.sandbox.memory reads the same variable).
         self._unowned = os.environ.get("PRISM_MEMORY", "tracked") == "tracked"
@@ -217,7 +163,7 @@ class PassthroughEngine(CommEngine):
             # ours with the outputs (what ``finish`` would return), as a plain gloo run's wait does
             # (issue 11 part 5: a pipeline makes dozens of messages per step).
             (work,) = works
-            return self._script_waited(work, req)
+            return self._waited(work, req)
         futures = [self._future_of(w, req) for w in works]
         done = torch.futures.collect_all(futures) if len(futures) != 1 else futures[0]
         if not isinstance(pg, dist.ProcessGroupGloo) and works:
@@ -276,26 +222,13 @@ class PassthroughEngine(CommEngine):
                 self._futureless.add(kind)
         return self._helper_future(work, req, None)
 
-    def _script_waited(self, work, req: CommRequest) -> torch.futures.Future:
-        """A future for a gloo send/recv that the thread waiting for it completes (docs/timing.md,
-        "Messages the script waits for"); the op goes to its stream's helper when the stream's
-        next op is issued before anyone waited for it (a send waited late) and at shutdown."""
-        stream = (req.group.group_id, req.op.value, req.peer)
-        future = _WaitedFuture(self, work, req.outputs, req.extra, stream)
-        with self._lock:
-            earlier = self._unclaimed.pop(stream, None)
-            self._unclaimed[stream] = future
-        if earlier is not None:
-            earlier.hand_over()
-        return future
+    def _waited(self, work, req: CommRequest) -> torch.futures.Future:
+        """A gloo send/recv's future, completed by the thread that waits for it (``WaitedFuture``)."""
+        return self._claims.future((req.group.group_id, req.op.value, req.peer), (work, req.outputs, req.extra),
+                                   wait_for_work, self._to_helper)
 
-    def _claim(self, future: _WaitedFuture):
-        """The op's gloo work, once: to the first waiter that asks (then None)."""
-        with self._lock:
-            work, future.work = future.work, None
-            if work is not None and self._unclaimed.get(future.stream) is future:
-                del self._unclaimed[future.stream]
-        return work
+    def _to_helper(self, future: torch.futures.Future, work, value, extra: dict) -> None:
+        self._completion.complete(future.stream, work.wait, future, value, extra)
 
     def _helper_future(self, work, req: CommRequest, value) -> torch.futures.Future:
         """A future for a gloo work that has none (send/recv, e.g. _allgather_base), completed with
@@ -360,10 +293,7 @@ class PassthroughEngine(CommEngine):
         raise AssertionError(f"unhandled op {op} (rank {me})")
 
     def shutdown(self) -> None:
-        with self._lock:
-            unclaimed = list(self._unclaimed.values())
-        for future in unclaimed:
-            future.hand_over()
+        self._claims.hand_over_all()
         self._completion.close()
         for pg in list(self._nccl.values()):
             try:
