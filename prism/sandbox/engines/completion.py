@@ -119,6 +119,8 @@ class WaitedFuture(torch.futures.Future):
 
     def hand_over(self) -> None:
         """Let a helper thread complete the op (unless a waiter has it already)."""
+        if self.op is None:  # claimed for good: a poll takes no lock
+            return
         op = self._claims.claim(self)
         if op is not None:
             self._hand_over(self, *op)

@@ -256,7 +256,6 @@ class LiveEngine(CommEngine):
                 future = self._lanes.submit(request, lane)
                 self._first_done()
                 return future
-        future: torch.futures.Future = torch.futures.Future()
         p2p = request.op in (CommOp.SEND, CommOp.RECV)
         gid = request.group.group_id
         if p2p:
@@ -278,14 +277,16 @@ class LiveEngine(CommEngine):
                 ready = torch.cuda.Event()
                 ready.record()
                 request.extra["inputs_ready"] = ready
+            future: torch.futures.Future = torch.futures.Future()
             ch.queue.put((self._run, request, future, snapshot))
             return future
         try:
             with untracked():
                 posted = self._post_p2p(request, transport)
         except BaseException as e:  # noqa: BLE001 - delivered to the waiter
-            future.set_exception(e)
-            return future
+            failed: torch.futures.Future = torch.futures.Future()
+            failed.set_exception(e)
+            return failed
         # Posted; completed by the thread that waits for it, as record's passthrough does (the
         # channel thread only when something else asks or the channel's next message comes first).
         return self._claims.future(channel, (request, snapshot, posted, ch), self._finish_here, self._to_channel)
