@@ -3,6 +3,7 @@
 #   PROBE_SWITCH_INTERVAL=S   sys.setswitchinterval(S) (CPython's default is 0.005 s)
 #   PROBE_PRELOAD_OFF=1       the live engine's recorded-data store loads nothing ahead
 #   PROBE_THREADS=DIR         every 0.5 s, DIR/threads-<pid>.txt: each thread's CPU seconds by name
+#   PROBE_PACK=DIR            every second, DIR/pack-<pid>.json: each saved-tensor pack/unpack hook call's time
 import os
 import sys
 
@@ -66,3 +67,35 @@ if os.environ.get("PROBE_SLEEP"):
 
     time.sleep = _timed_sleep
     threading.Thread(target=_write, args=(os.environ["PROBE_SLEEP"],), daemon=True, name="probe-sleep").start()
+
+if os.environ.get("PROBE_PACK"):
+    # Every saved-tensor pack and unpack hook (activation offload's host copies): the time each call
+    # took and its bytes, written every second to DIR/pack-<pid>.json.
+    import json
+    import threading
+    import time
+
+    import torch.autograd.graph as _graph
+
+    _pack_calls: dict[str, list] = {"pack": [], "unpack": []}
+
+    def _timed(what, fn):
+        def hook(x):
+            start = time.perf_counter()
+            out = fn(x)
+            _pack_calls[what].append((time.perf_counter() - start, getattr(x, "nbytes", 0)))
+            return out
+        return hook
+
+    class _TimedHooks(_graph.saved_tensors_hooks):
+        def __init__(self, pack_hook, unpack_hook):
+            super().__init__(_timed("pack", pack_hook), _timed("unpack", unpack_hook))
+
+    def _write_packs(directory: str) -> None:
+        while True:
+            time.sleep(1.0)
+            with open(os.path.join(directory, f"pack-{os.getpid()}.json"), "w") as f:
+                json.dump({"argv": " ".join(sys.argv)[:160], "rank": os.environ.get("RANK"), **_pack_calls}, f)
+
+    _graph.saved_tensors_hooks = _TimedHooks
+    threading.Thread(target=_write_packs, args=(os.environ["PROBE_PACK"],), daemon=True, name="probe-pack").start()
