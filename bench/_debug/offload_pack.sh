@@ -1,8 +1,8 @@
 #!/bin/bash
 # Session 26, after offload_sleep.sh (16 cores: the emulated offload rank's work between its sleeps,
 # not its wake-ups, was ~4-8 ms per step longer than the real rank's): the time of each saved-tensor
-# pack and unpack hook (the host copies), real rank 1 vs emulated rank 1, alternated, with
-# gil_probe's PROBE_PACK. The ddp_cfg_sleep job at 30 steps, recorded and calibrated unchanged.
+# pack and unpack hook (the host copies) and each garbage collection, real rank 1 vs emulated rank 1,
+# alternated, with gil_probe's PROBE_PACK and PROBE_GC. The ddp_cfg_sleep job at 30 steps, recorded and calibrated unchanged.
 #   PYTHONPATH=$PWD bash bench/_debug/offload_pack.sh /tmp/op [$OUT] [repeats]
 W=${1:-/tmp/op}; OUT=${2:-$W}; N=${3:-1}
 set -u
@@ -26,6 +26,14 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("pack-*.json")):
         big = [t for t, b in calls if b >= 1 << 20] or [0.0]
         print(f"    {sys.argv[2]} rank {d['rank']} {what}: {len(d[what])} calls, per step {sum(t for t, _ in calls) / (0.9 * steps) * 1e3:.2f} ms, "
               f">= 1 MiB p50 {statistics.median(big) * 1e6:.0f} us p90 {sorted(big)[int(.9 * len(big))] * 1e6:.0f} us")
+for f in sorted(pathlib.Path(sys.argv[1]).glob("gc-*.json")):
+    d = json.loads(f.read_text()); f.unlink()
+    by = {}
+    for gen, took, _ in d["calls"]:
+        by.setdefault(gen, []).append(took)
+    print(f"    {sys.argv[2]} rank {d['rank']} gc: {d['tracked']} objects; " + "; ".join(
+        f"gen{g} {len(v)}x {sum(v) * 1e3:.1f} ms (max {max(v) * 1e3:.1f})" for g, v in sorted(by.items()))
+        + f" | {d['argv'][:50]}")
 PY
 }
 real_p50() { python3 -c "
@@ -33,10 +41,10 @@ import statistics, sys; from prism.graph.io import read_graph
 g = read_graph(sys.argv[1] + '/graph/real')
 print(' '.join(f'{statistics.median(s.step_times_ns[2:]) / 1e6:.1f}' for r, s in sorted(g.summaries.items())))" "$1"; }
 for i in $(seq 1 "$N"); do
-    PYTHONPATH=$ROOT/bench/_debug/gil_probe:$ROOT PROBE_PACK=$W/pack prism record --job "$W/job_off.yaml" \
+    PYTHONPATH=$ROOT/bench/_debug/gil_probe:$ROOT PROBE_PACK=$W/pack PROBE_GC=$W/pack prism record --job "$W/job_off.yaml" \
         --out "$W/off$i" --no-memory-pass > /dev/null 2>&1
     sleep 1.5; echo "real off #$i: p50 ms per rank $(real_p50 "$W/off$i")"; packs real
-    PYTHONPATH=$ROOT/bench/_debug/gil_probe:$ROOT PROBE_PACK=$W/pack prism emulate "$W/run" --ranks 1 \
+    PYTHONPATH=$ROOT/bench/_debug/gil_probe:$ROOT PROBE_PACK=$W/pack PROBE_GC=$W/pack prism emulate "$W/run" --ranks 1 \
         --no-memory-pass --env DDP_OFFLOAD_ACTIVATIONS=1 --json > "$W/e.json" 2> "$W/e.err"
     sleep 1.5; python3 -c "
 import json, sys; d = json.load(open(sys.argv[1])); print(f'emulated off #{sys.argv[2]}: p50 {d[\"ranks\"][\"1\"][\"p50_ms\"]:.1f} ms')" \

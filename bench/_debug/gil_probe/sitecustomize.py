@@ -4,6 +4,7 @@
 #   PROBE_PRELOAD_OFF=1       the live engine's recorded-data store loads nothing ahead
 #   PROBE_THREADS=DIR         every 0.5 s, DIR/threads-<pid>.txt: each thread's CPU seconds by name
 #   PROBE_PACK=DIR            every second, DIR/pack-<pid>.json: each saved-tensor pack/unpack hook call's time
+#   PROBE_GC=DIR              every second, DIR/gc-<pid>.json: each collection's generation and time, objects tracked
 import os
 import sys
 
@@ -94,8 +95,39 @@ if os.environ.get("PROBE_PACK"):
     def _write_packs(directory: str) -> None:
         while True:
             time.sleep(1.0)
-            with open(os.path.join(directory, f"pack-{os.getpid()}.json"), "w") as f:
+            path = os.path.join(directory, f"pack-{os.getpid()}.json")
+            with open(path + ".tmp", "w") as f:  # whole files only: the process may die mid-write
                 json.dump({"argv": " ".join(sys.argv)[:160], "rank": os.environ.get("RANK"), **_pack_calls}, f)
+            os.replace(path + ".tmp", path)
 
     _graph.saved_tensors_hooks = _TimedHooks
     threading.Thread(target=_write_packs, args=(os.environ["PROBE_PACK"],), daemon=True, name="probe-pack").start()
+
+if os.environ.get("PROBE_GC"):
+    # Every garbage collection's generation and time, and the objects the collector tracks, written
+    # every second to DIR/gc-<pid>.json.
+    import gc
+    import json
+    import threading
+    import time
+
+    _gc_calls: list = []
+    _gc_start = [0.0]
+
+    def _on_gc(phase, info):
+        if phase == "start":
+            _gc_start[0] = time.perf_counter()
+        else:
+            _gc_calls.append((info["generation"], time.perf_counter() - _gc_start[0], info["collected"]))
+
+    def _write_gc(directory: str) -> None:
+        while True:
+            time.sleep(1.0)
+            path = os.path.join(directory, f"gc-{os.getpid()}.json")
+            with open(path + ".tmp", "w") as f:
+                json.dump({"argv": " ".join(sys.argv)[:160], "rank": os.environ.get("RANK"),
+                           "tracked": len(gc.get_objects()), "counts": gc.get_count(), "calls": _gc_calls}, f)
+            os.replace(path + ".tmp", path)
+
+    gc.callbacks.append(_on_gc)
+    threading.Thread(target=_write_gc, args=(os.environ["PROBE_GC"],), daemon=True, name="probe-gc").start()
