@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from prism.core.config import load_job
-from prism.core.errors import PrismError, RankFailedError
+from prism.core.errors import PrismError, RankFailedError, crash_site
 from prism.core.host_speed import probe_ms
 from prism.core.isolation import outside_writes
 from prism.core.ranks import parse_rank_ranges
@@ -73,8 +73,9 @@ def _torch_fake(job, rank: int, real, skip: int, timeout_s: float, run: Path) ->
     try:
         rec = walk_rank(job, rank, engine="torch-fake", timeout_s=timeout_s, run_dir=run)
     except RankFailedError as e:
-        lines = e.traceback_text.strip().splitlines()
-        return {"status": "crashed", "error": lines[-1] if lines else f"exit code {e.exit_code}"}
+        crash = crash_site(e.traceback_text)
+        return {"status": "crashed", "error": crash.error or f"exit code {e.exit_code}", "call": crash.call,
+                "site": crash.site}
     summary = real.summaries.get(rank)
     losses = list(rec.summary.losses)
     real_losses = list(summary.losses) if summary else []
@@ -224,7 +225,11 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
             for m in metrics:
                 cells[m].append("—")
         elif f["status"] == "crashed":
-            cells["comm signature match"].append(f"crashed: {f['error'][:60]}")
+            call = f.get("call", "")
+            cells["comm signature match"].append(f"crashed{f' in {call}' if call else ''}")
+            where = f" in dist.{call}" + (f" (called at {f['site']})" if f.get("site") else "") if call else ""
+            notes.append(f"torch fake PG r{r} crashed{where}: {f['error'][:300]} (the fake process group moves no "
+                         "data: what a rank receives, a size or a pickled object included, is whatever the buffer held)")
             for m in metrics[1:]:
                 cells[m].append("—")
         else:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
 __all__ = [
+    "CrashSite",
+    "crash_site",
     "PrismError",
     "ConfigError",
     "RunDirError",
@@ -84,3 +90,39 @@ class MismatchError(PrismError):
 
 class HangError(PrismError):
     """A run made no progress until its timeout; the message holds every rank's pending op."""
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+_ENFORCE = re.compile(r"\[enforce fail at [^\]]*\] .*?\. (?=[A-Z])")
+"""c10's ``[enforce fail at alloc_cpu.cpp:127] err == 0. `` before the message that explains."""
+_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ", Path(__file__).resolve().parents[1].as_posix() + "/")
+"""Paths that are not the job's own code: installed packages, the standard library, prism."""
+
+
+@dataclass(frozen=True)
+class CrashSite:
+    """Where a rank's program raised, read from its traceback."""
+
+    error: str
+    """The exception line, without c10's enforce prefix."""
+    call: str
+    """The outermost ``torch.distributed`` function on the stack (``recv_object_list``), or ""."""
+    site: str
+    """The innermost frame of the job's own code (``train.py:88``), or ""."""
+
+
+def crash_site(traceback_text: str) -> CrashSite:
+    """The exception, the c10d call it came through and the job's line that made it."""
+    lines = traceback_text.strip().splitlines()
+    error = _ENFORCE.sub("", lines[-1].strip()) if lines else ""
+    call = site = ""
+    for line in lines:
+        m = _FRAME.match(line)
+        if m is None:
+            continue
+        path = m["file"].replace("\\", "/")
+        if path.endswith("torch/distributed/distributed_c10d.py"):
+            call = call or m["func"]  # the outermost: the API the job's code (or its library) called
+        elif not any(part in path for part in _LIBRARY_PARTS):
+            site = f"{path.rsplit('/', 1)[-1]}:{m['line']}"
+    return CrashSite(error, call, site)
