@@ -2,11 +2,15 @@
 # Session 26, after offload_sleep.sh (16 cores: the emulated offload rank's work between its sleeps,
 # not its wake-ups, was ~4-8 ms per step longer than the real rank's): the time of each saved-tensor
 # pack and unpack hook (the host copies) and each garbage collection, real rank 1 vs emulated rank 1,
-# alternated, with gil_probe's PROBE_PACK and PROBE_GC. The ddp_cfg_sleep job at 30 steps, recorded and calibrated unchanged.
+# alternated, with gil_probe's PROBE_PACK and PROBE_GC, and each process's page faults and context
+# switches. With PACK_MALLOC=1 every process runs with glibc's mmap threshold at 256 MiB (no
+# mmap/munmap per large host buffer: if the emulated rank's extra time goes with it, it was the
+# unmapping's TLB shootdowns across the cores its other threads ran on). The ddp_cfg_sleep job at 30 steps, recorded and calibrated unchanged.
 #   PYTHONPATH=$PWD bash bench/_debug/offload_pack.sh /tmp/op [$OUT] [repeats]
 W=${1:-/tmp/op}; OUT=${2:-$W}; N=${3:-1}
 set -u
 rm -rf "$W"; mkdir -p "$W/pack" "$OUT"
+[ "${PACK_MALLOC:-0}" = 1 ] && export GLIBC_TUNABLES=glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=536870912
 ROOT=$PWD
 prism() { python3 -c "import sys; from prism.cli.main import main; sys.argv[0] = 'prism'; sys.exit(main())" "$@"; }
 sed -e "s#\.\./\.\./\.\./\.\./examples#$ROOT/examples#" -e 's/"--steps", "8"/"--steps", "30"/' \
@@ -26,6 +30,13 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("pack-*.json")):
         big = [t for t, b in calls if b >= 1 << 20] or [0.0]
         print(f"    {sys.argv[2]} rank {d['rank']} {what}: {len(d[what])} calls, per step {sum(t for t, _ in calls) / (0.9 * steps) * 1e3:.2f} ms, "
               f">= 1 MiB p50 {statistics.median(big) * 1e6:.0f} us p90 {sorted(big)[int(.9 * len(big))] * 1e6:.0f} us")
+    if "to" in d["usage"]:
+        a, b = d["usage"]["from"], d["usage"]["to"]
+        per = (b["packs"] - a["packs"]) / (len(d["pack"]) / 30)  # steps between the two readings
+        u = {k: (b[k] - a[k]) / per for k in ("minflt", "nvcsw", "nivcsw", "utime", "stime")}
+        print(f"    {sys.argv[2]} rank {d['rank']} per step: {u['minflt']:.0f} minor faults, {u['nvcsw']:.1f} voluntary / "
+              f"{u['nivcsw']:.1f} involuntary switches, user {u['utime'] * 1e3:.2f} ms, system {u['stime'] * 1e3:.2f} ms "
+              f"({b['threads']} Python threads)")
 for f in sorted(pathlib.Path(sys.argv[1]).glob("gc-*.json")):
     d = json.loads(f.read_text()); f.unlink()
     by = {}
@@ -50,4 +61,4 @@ for i in $(seq 1 "$N"); do
 import json, sys; d = json.load(open(sys.argv[1])); print(f'emulated off #{sys.argv[2]}: p50 {d[\"ranks\"][\"1\"][\"p50_ms\"]:.1f} ms')" \
         "$W/e.json" "$i" || tail -5 "$W/e.err"
     packs emulated
-done 2>&1 | tee "$OUT/offload_pack.txt"
+done 2>&1 | tee "$OUT/offload_pack${PACK_MALLOC:+_malloc$PACK_MALLOC}.txt"

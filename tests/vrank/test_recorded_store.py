@@ -3,9 +3,11 @@ point stores exactly what record_for_sandbox computes for the values ranks of a 
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from prism.nccl_patches import Algo, record_for_sandbox
 from prism.nccl_patches.recorded_store import (
+    _read_safetensors,
     collective_key,
     load_recorded,
     p2p_key,
@@ -79,3 +81,23 @@ def test_check_files_names_a_missing_or_cut_file_before_anything_reads_it(tmp_pa
     first.unlink()
     with pytest.raises(IntegrityError, match=rf"{first.name}: recorded data of c/0/1/0 is missing \(listed in index.json\)"):
         check_files(tmp_path)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int8, torch.bool,
+                                   torch.complex64])
+def test_records_of_every_dtype_read_back_as_safetensors_reads_them(tmp_path, dtype):
+    """prism reads a record with plain reads (no mapping of the file, docs/emulate.md):
+    the same tensors, dtypes, shapes and bytes as safetensors' own loader."""
+    g = torch.Generator().manual_seed(5)
+    inputs = [(torch.randn(6, 2, generator=g) * 50).to(dtype) for _ in range(4)]
+    rec = record_for_sandbox(inputs, Algo.RING_ALL_GATHER, "", [2])
+    key = collective_key("3", 9, 0)
+    save_recorded(tmp_path, key, rec)
+    _same(load_recorded(tmp_path, key), rec)
+    path = next(tmp_path.rglob("*.safetensors"))
+    tensors, meta = _read_safetensors(path)
+    theirs = load_file(str(path))
+    assert tensors.keys() == theirs.keys() and meta["algo"] == Algo.RING_ALL_GATHER.value
+    for name, t in tensors.items():
+        assert t.dtype == theirs[name].dtype and t.shape == theirs[name].shape, name
+        assert torch.equal(t.reshape(-1).view(torch.uint8), theirs[name].reshape(-1).view(torch.uint8)), name

@@ -71,20 +71,43 @@ if os.environ.get("PROBE_SLEEP"):
 
 if os.environ.get("PROBE_PACK"):
     # Every saved-tensor pack and unpack hook (activation offload's host copies): the time each call
-    # took and its bytes, written every second to DIR/pack-<pid>.json.
+    # took and its bytes, and the process's page faults, context switches and CPU from its 100th pack
+    # on (past start-up), written every second to DIR/pack-<pid>.json.
     import json
+    import resource
     import threading
     import time
 
     import torch.autograd.graph as _graph
 
     _pack_calls: dict[str, list] = {"pack": [], "unpack": []}
+    _usage: dict[str, dict] = {}
+
+    def _thread_faults() -> dict[str, int]:
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        faults = {}
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                fields = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+                name = names.get(int(tid)) or open(f"/proc/self/task/{tid}/comm").read().strip()
+            except OSError:
+                continue
+            faults[f"{name}:{tid}"] = int(fields[7])  # minflt
+        return faults
+
+    def _usage_now() -> dict:
+        use = resource.getrusage(resource.RUSAGE_SELF)
+        return {"minflt": use.ru_minflt, "nvcsw": use.ru_nvcsw, "nivcsw": use.ru_nivcsw, "utime": use.ru_utime,
+                "stime": use.ru_stime, "threads": threading.active_count(), "at": time.perf_counter(),
+                "packs": len(_pack_calls["pack"]), "thread_faults": _thread_faults()}
 
     def _timed(what, fn):
         def hook(x):
             start = time.perf_counter()
             out = fn(x)
             _pack_calls[what].append((time.perf_counter() - start, getattr(x, "nbytes", 0)))
+            if what == "pack" and len(_pack_calls["pack"]) == 100:  # past start-up and the first steps
+                _usage["from"] = _usage_now()
             return out
         return hook
 
@@ -96,8 +119,11 @@ if os.environ.get("PROBE_PACK"):
         while True:
             time.sleep(1.0)
             path = os.path.join(directory, f"pack-{os.getpid()}.json")
+            if "from" in _usage:
+                _usage["to"] = _usage_now()
             with open(path + ".tmp", "w") as f:  # whole files only: the process may die mid-write
-                json.dump({"argv": " ".join(sys.argv)[:160], "rank": os.environ.get("RANK"), **_pack_calls}, f)
+                json.dump({"argv": " ".join(sys.argv)[:160], "rank": os.environ.get("RANK"), "usage": _usage,
+                           **_pack_calls}, f)
             os.replace(path + ".tmp", path)
 
     _graph.saved_tensors_hooks = _TimedHooks
