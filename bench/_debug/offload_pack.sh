@@ -5,26 +5,20 @@
 # alternated, with gil_probe's PROBE_PACK and PROBE_GC, and each process's page faults and context
 # switches. With PACK_MALLOC=1 every process runs with glibc's mmap threshold at 256 MiB (no
 # mmap/munmap per large host buffer: if the emulated rank's extra time goes with it, it was the
-# unmapping's TLB shootdowns across the cores its other threads ran on). The ddp_cfg_sleep job at 30 steps, recorded and calibrated unchanged.
+# unmapping's TLB shootdowns across the cores its other threads ran on). The ddp_cfg_sleep job at
+# 30 steps, recorded and calibrated unchanged.
 #   PYTHONPATH=$PWD bash bench/_debug/offload_pack.sh /tmp/op [$OUT] [repeats]
 W=${1:-/tmp/op}; OUT=${2:-$W}; N=${3:-1}
-set -u
-rm -rf "$W"; mkdir -p "$W/pack" "$OUT"
+SUBDIR=pack; STEPS=30
 [ "${PACK_MALLOC:-0}" = 1 ] && export GLIBC_TUNABLES=glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=536870912
-ROOT=$PWD
-prism() { python3 -c "import sys; from prism.cli.main import main; sys.argv[0] = 'prism'; sys.exit(main())" "$@"; }
-sed -e "s#\.\./\.\./\.\./\.\./examples#$ROOT/examples#" -e 's/"--steps", "8"/"--steps", "30"/' \
-    -e 's/measured: 6/measured: 28/' tests/assets/jobs/ddp_cfg_sleep/job.yaml > "$W/job.yaml"
-sed 's/env: {}/env: {DDP_OFFLOAD_ACTIVATIONS: "1"}/' "$W/job.yaml" > "$W/job_off.yaml"
-prism record --job "$W/job.yaml" --out "$W/run" > "$W/record.log" 2>&1 && prism calibrate "$W/run" > "$W/cal.log" 2>&1 \
-    || { tail -20 "$W/record.log" "$W/cal.log"; exit 1; }
-packs() { python3 - "$W/pack" "$1" <<'PY'
+source "$(dirname "$0")/offload_setup.sh"
+packs() { python3 - "$W/pack" "$1" "$STEPS" <<'PY'
 import json, pathlib, statistics, sys
 for f in sorted(pathlib.Path(sys.argv[1]).glob("pack-*.json")):
     d = json.loads(f.read_text()); f.unlink()
     if not d["pack"]:
         continue
-    steps = 28
+    steps = int(sys.argv[3]) - 2
     for what in ("pack", "unpack"):
         calls = d[what][len(d[what]) // 10:]
         big = [t for t, b in calls if b >= 1 << 20] or [0.0]
@@ -32,7 +26,7 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("pack-*.json")):
               f">= 1 MiB p50 {statistics.median(big) * 1e6:.0f} us p90 {sorted(big)[int(.9 * len(big))] * 1e6:.0f} us")
     if "to" in d["usage"]:
         a, b = d["usage"]["from"], d["usage"]["to"]
-        per = (b["packs"] - a["packs"]) / (len(d["pack"]) / 30)  # steps between the two readings
+        per = (b["packs"] - a["packs"]) / (len(d["pack"]) / int(sys.argv[3]))  # steps between the two readings
         u = {k: (b[k] - a[k]) / per for k in ("minflt", "nvcsw", "nivcsw", "utime", "stime")}
         print(f"    {sys.argv[2]} rank {d['rank']} per step: {u['minflt']:.0f} minor faults, {u['nvcsw']:.1f} voluntary / "
               f"{u['nivcsw']:.1f} involuntary switches, user {u['utime'] * 1e3:.2f} ms, system {u['stime'] * 1e3:.2f} ms "
@@ -47,10 +41,6 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("gc-*.json")):
         + f" | {d['argv'][:50]}")
 PY
 }
-real_p50() { python3 -c "
-import statistics, sys; from prism.graph.io import read_graph
-g = read_graph(sys.argv[1] + '/graph/real')
-print(' '.join(f'{statistics.median(s.step_times_ns[2:]) / 1e6:.1f}' for r, s in sorted(g.summaries.items())))" "$1"; }
 for i in $(seq 1 "$N"); do
     PYTHONPATH=$ROOT/bench/_debug/gil_probe:$ROOT PROBE_PACK=$W/pack PROBE_GC=$W/pack prism record --job "$W/job_off.yaml" \
         --out "$W/off$i" --no-memory-pass > /dev/null 2>&1
