@@ -40,7 +40,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from _plain_launch import launch_plain
@@ -133,6 +132,21 @@ def record_run(job, warmup: int, timeout_s: float, tree: Path = ROOT) -> tuple[f
     return statistics.median(wall), statistics.median(cpu)
 
 
+def _row(name: str, job, sides: dict[str, list[tuple[float, float]]]) -> tuple[dict, str]:
+    """The example's JSON row and printed line from the runs so far (medians per side)."""
+    med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in sides.items()}
+    pw, pc = med["plain"]
+    row = {"args": list(job.args)}
+    line = f"{name:10s} plain {pw:8.2f} ms (cpu {pc:7.2f})"
+    for side, (w, c) in med.items():
+        row[side] = {"wall_ms": [round(x, 3) for x, _ in sides[side]], "cpu_ms": [round(x, 3) for _, x in sides[side]],
+                     "wall_median_ms": round(w, 3), "cpu_median_ms": round(c, 3)}
+        if side != "plain":
+            row[side].update(wall_overhead_pct=round(100 * (w / pw - 1), 2), cpu_overhead_pct=round(100 * (c / pc - 1), 2))
+            line += f"  {side} {w:8.2f} ms {100 * (w / pw - 1):+6.1f} % (cpu {c:7.2f} {100 * (c / pc - 1):+6.1f} %)"
+    return row, line
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", nargs="+", default=PLAIN_EXAMPLES, choices=list(EXAMPLES),
@@ -148,29 +162,9 @@ def main() -> int:
     ns = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     results = {}
-    for name in ns.examples:
-        job = example_job(name, ns.steps)
-        sides: dict[str, list[tuple[float, float]]] = {"plain": [], "record": []}
-        if ns.baseline_tree:
-            sides["baseline"] = []
-        for _ in range(ns.repeats):  # alternated, so every side sees the same host load
-            sides["plain"].append(plain_run(job, ns.warmup, ns.timeout))
-            sides["record"].append(record_run(job, ns.warmup, ns.timeout))
-            if ns.baseline_tree:
-                sides["baseline"].append(record_run(job, ns.warmup, ns.timeout, ns.baseline_tree.resolve()))
-        med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in sides.items()}
-        pw, pc = med["plain"]
-        row = {"args": list(job.args)}
-        line = f"{name:10s} plain {pw:8.2f} ms (cpu {pc:7.2f})"
-        for side, (w, c) in med.items():
-            row[side] = {"wall_ms": [round(x, 3) for x, _ in sides[side]], "cpu_ms": [round(x, 3) for _, x in sides[side]],
-                         "wall_median_ms": round(w, 3), "cpu_median_ms": round(c, 3)}
-            if side != "plain":
-                row[side].update(wall_overhead_pct=round(100 * (w / pw - 1), 2), cpu_overhead_pct=round(100 * (c / pc - 1), 2))
-                line += f"  {side} {w:8.2f} ms {100 * (w / pw - 1):+6.1f} % (cpu {c:7.2f} {100 * (c / pc - 1):+6.1f} %)"
-        results[name] = row
-        print(line, flush=True)
-        # written after every example, so a run cut short by a time limit keeps what it measured
+
+    def write() -> None:
+        # after every repeat, so a run cut short by a time limit keeps what it measured
         out = {"world_size": W, "steps": ns.steps, "warmup": ns.warmup, "repeats": ns.repeats, "label": ns.label,
                "baseline_tree": str(ns.baseline_tree) if ns.baseline_tree else None,
                "memory": os.environ.get("PRISM_MEMORY", "tracked"), "host_cpus": os.cpu_count(),
@@ -179,6 +173,21 @@ def main() -> int:
         tmp = Path(ns.out).with_suffix(".partial")
         tmp.write_text(json.dumps(out, indent=1))
         tmp.replace(ns.out)
+
+    for name in ns.examples:
+        job = example_job(name, ns.steps)
+        sides: dict[str, list[tuple[float, float]]] = {"plain": [], "record": []}
+        if ns.baseline_tree:
+            sides["baseline"] = []
+        for k in range(ns.repeats):  # alternated, so every side sees the same host load
+            sides["plain"].append(plain_run(job, ns.warmup, ns.timeout))
+            sides["record"].append(record_run(job, ns.warmup, ns.timeout))
+            if ns.baseline_tree:
+                sides["baseline"].append(record_run(job, ns.warmup, ns.timeout, ns.baseline_tree.resolve()))
+            row, line = _row(name, job, sides)
+            results[name] = {**row, "repeats_done": k + 1}
+            write()
+            print(f"{line}  [{k + 1} of {ns.repeats} repeats]" if k + 1 < ns.repeats else line, flush=True)
     return 0
 
 
