@@ -95,7 +95,8 @@ class HangError(PrismError):
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 _ENFORCE = re.compile(r"\[enforce fail at [^\]]*\] .*?\. (?=[A-Z])")
 """c10's ``[enforce fail at alloc_cpu.cpp:127] err == 0. `` before the message that explains."""
-_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ", Path(__file__).resolve().parents[1].as_posix() + "/")
+_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ",
+                  Path(__file__).resolve().parents[1].as_posix() + "/")
 """Paths that are not the job's own code: installed packages, the standard library, prism."""
 
 
