@@ -27,13 +27,14 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from prism.core.atomic import atomic_write_text
 from prism.core.config import ValuesPolicy
 from prism.core.errors import IntegrityError, RunDirError
 from prism.core.integrity import VerifiedFiles, dumps_checked, load_checked, safetensors_problem
 from prism.core.ranks import parse_rank_ranges
+from prism.core.tensorfile import read_safetensors
 
 __all__ = ["PayloadPolicy", "PayloadStore", "payload_hash", "load_payload", "load_index", "op_key", "write_error"]
 
@@ -65,10 +66,10 @@ def load_payload(directory: str | Path, digest: str) -> list[torch.Tensor]:
     path = directory / f"{digest}.safetensors"
     verified = _VERIFIED.done(path)
     try:
-        data = load_file(str(path))
+        data, _ = read_safetensors(path)  # not mapped: a replayed rank reads payloads while its script runs
     except FileNotFoundError:
         raise IntegrityError(path, "payload is missing", _remedy(directory)) from None
-    except (SafetensorError, OSError) as e:
+    except (OSError, ValueError, KeyError, TypeError) as e:
         raise IntegrityError(path, f"payload is {safetensors_problem(path, e)}", _remedy(directory)) from e
     try:
         tensors = [data[str(i)] for i in range(len(data))]

@@ -30,7 +30,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import math
 import os
 import shutil
 import threading
@@ -46,6 +45,7 @@ from safetensors.torch import load_file, save_file
 from prism.core.atomic import atomic_write_text
 from prism.core.errors import IntegrityError, PrismError, RunDirError
 from prism.core.integrity import dumps_checked, load_checked, safetensors_problem
+from prism.core.tensorfile import read_safetensors
 from prism.graph.records import CommOp
 
 from .compensation import RecordedCollective, record_for_sandbox
@@ -165,54 +165,13 @@ def save_recorded(directory: str | Path, key: str, rec: RecordedCollective) -> P
     return path
 
 
-_DTYPES = {name: getattr(torch, attr) for name, attr in (
-    ("F64", "float64"), ("F32", "float32"), ("F16", "float16"), ("BF16", "bfloat16"), ("I64", "int64"),
-    ("I32", "int32"), ("I16", "int16"), ("I8", "int8"), ("U8", "uint8"), ("BOOL", "bool"), ("C64", "complex64"),
-    ("U64", "uint64"), ("U32", "uint32"), ("U16", "uint16"), ("F8_E4M3", "float8_e4m3fn"),
-    ("F8_E4M3FNUZ", "float8_e4m3fnuz"), ("F8_E5M2", "float8_e5m2"), ("F8_E5M2FNUZ", "float8_e5m2fnuz"),
-) if hasattr(torch, attr)}
-"""safetensors' dtype names."""
-
-
-def _read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """A safetensors file's tensors and metadata, each tensor read into memory of its own with
-    plain reads. Not ``safe_open``: it maps the file, and an emulated rank loads its recorded ops
-    while the script runs, so every op's mapping would fault the file's pages in and its unmapping
-    stop every core that ran one of the process's threads for a TLB flush, costs that no real rank
-    pays. Raises ValueError (or KeyError, TypeError) on a file that is not one."""
-    with path.open("rb", buffering=0) as f:
-        size = os.fstat(f.fileno()).st_size
-        head = f.read(8)
-        if len(head) < 8:
-            raise ValueError("no header")
-        n = int.from_bytes(head, "little")
-        if 8 + n > size:
-            raise ValueError("header cut")
-        header = json.loads(f.read(n))
-        meta = header.pop("__metadata__", None) or {}
-        tensors = {}
-        for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
-            dtype = _DTYPES[info["dtype"]]
-            begin, end = (int(x) for x in info["data_offsets"])
-            shape = [int(x) for x in info["shape"]]
-            if not 0 <= begin <= end <= size - 8 - n or end - begin != math.prod(shape) * dtype.itemsize:
-                raise ValueError(f"tensor {name} has offsets {begin}..{end} for {info['dtype']} {shape}")
-            raw = torch.empty(end - begin, dtype=torch.uint8)
-            if raw.numel():
-                f.seek(8 + n + begin)
-                if f.readinto(memoryview(raw.numpy())) != raw.numel():
-                    raise ValueError(f"tensor {name} is cut")
-            tensors[name] = raw.view(dtype).reshape(shape)
-    return tensors, meta
-
-
 def load_recorded(directory: str | Path, key: str, *, indexed: bool = False) -> RecordedCollective | None:
     """The record stored under ``key``, its checksum verified; None when there is none (an error
     when ``indexed``: the set's index lists it)."""
     directory = Path(directory)
     path = _path(directory, key)
     try:
-        tensors, meta = _read_safetensors(path)
+        tensors, meta = read_safetensors(path)
     except FileNotFoundError:
         if indexed:
             raise IntegrityError(path, f"recorded data of {key} is missing (listed in index.json)",

@@ -5,9 +5,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from prism.core.tensorfile import read_safetensors
 from prism.nccl_patches import Algo, record_for_sandbox
 from prism.nccl_patches.recorded_store import (
-    _read_safetensors,
     collective_key,
     load_recorded,
     p2p_key,
@@ -95,7 +95,7 @@ def test_records_of_every_dtype_read_back_as_safetensors_reads_them(tmp_path, dt
     save_recorded(tmp_path, key, rec)
     _same(load_recorded(tmp_path, key), rec)
     path = next(tmp_path.rglob("*.safetensors"))
-    tensors, meta = _read_safetensors(path)
+    tensors, meta = read_safetensors(path)
     theirs = load_file(str(path))
     assert tensors.keys() == theirs.keys() and meta["algo"] == Algo.RING_ALL_GATHER.value
     for name, t in tensors.items():
