@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .errors import HangError, MismatchError, PrismError, RankFailedError
+from .errors import HangError, MismatchError, PrismError, RankFailedError, crash_site
 from .ranks import format_rank_ranges, parse_rank_ranges
 
 __all__ = ["HangWatcher", "Reference", "queue_key", "rank_timeout_s", "KEY_PREFIX"]
@@ -144,8 +144,7 @@ class HangWatcher:
         expect from ``rank`` at ``key`` (an emulation's virtual ranks replay the recorded run), or
         None; a rank whose last or pending op differs from it is the cause. ``who`` names the failed
         process when it is not a rank (a replayer)."""
-        lines = error.traceback_text.strip().splitlines()
-        last = lines[-1] if lines else f"exit code {error.exit_code}"
+        last = crash_site(error.traceback_text).error or f"exit code {error.exit_code}"
         then = f"(then {who or f'rank {error.rank}'} failed: {last[:200]}{'…' if len(last) > 200 else ''})"
         try:
             self.poll(now=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from prism.core.atomic import atomic_write_text
 from prism.core.config import JobConfig
-from prism.core.errors import HangError, MismatchError, PrismError, RankFailedError, RankOOMError
+from prism.core.errors import HangError, MismatchError, PrismError, RankFailedError, RankOOMError, crash_site
 from prism.core.isolation import isolated_run
 from prism.core.rundir import RunDir
 from prism.graph.io import write_graph
@@ -121,7 +121,7 @@ def failure_summary(error: RankFailedError) -> dict:
         "rank": error.rank,
         "kind": "oom" if is_oom else "error",
         "exit_code": error.exit_code,
-        "error": error.oom.message.splitlines()[0] if is_oom else (lines[-1] if lines else ""),
+        "error": error.oom.message.splitlines()[0] if is_oom else crash_site(error.traceback_text).error,
         "traceback_tail": lines[-_TAIL_LINES:],
         "ooms": [dataclasses.asdict(o) for o in getattr(error, "ooms", ())],
     }

@@ -22,7 +22,6 @@ import dataclasses
 import datetime
 import logging
 import os
-import threading
 
 import torch
 import torch.distributed as dist
@@ -125,7 +124,6 @@ class PassthroughEngine(CommEngine):
         self._completion = CompletionThreads("prism-passthrough-wait")
         self._futureless: set[tuple] = set()
         """Kinds of (work type, op, flat, coalesced) whose gloo work has no future."""
-        self._lock = threading.Lock()
         self._claims = WaiterClaims()
         """Per stream (a peer's sends, a peer's receives), the send/recv that waits for its waiter."""
         # Only where the tracked CPU peak is measured (record's memory pass): elsewhere the aliases
