@@ -5,6 +5,7 @@ hands it to the stream's helper thread, so every op completes exactly once and n
 wait that never comes."""
 
 import threading
+import time
 
 import pytest
 import torch
@@ -56,6 +57,11 @@ def test_polling_or_a_second_waiter_gets_the_helper_or_the_first_waiters_result(
     on_recv = _completion_thread(recv)
     while not recv.done():  # a poll hands the op to the stream's helper
         pass
+    # A future is done before its callbacks have run (on the thread that completed it): give the
+    # helper's callback its moment.
+    deadline = time.monotonic() + 10
+    while not on_recv and time.monotonic() < deadline:
+        time.sleep(0.001)
     assert on_recv and on_recv != [threading.get_ident()]
     assert received.eq(7.0).all()
     results = []
