@@ -15,6 +15,7 @@ the control says how much of a message is prism's path and how much the rank pro
 
     python bench/record_pingpong.py --repeats 5 --iters 3000
     python bench/record_pingpong.py --baseline-tree /tmp/main-before
+    python bench/record_pingpong.py --op allreduce       # a collective's cost, waited at once
 
 JSON goes to ``--out`` (default bench/results/record_pingpong.json): per side the round trips and
 process CPU (µs, rank 0) of every repeat and their medians.
@@ -51,15 +52,15 @@ def _read(out: Path) -> tuple[float, float]:
     return float(m.group(1)), float(m.group(2))
 
 
-def plain(iters: int, tmp: Path) -> tuple[float, float]:
+def plain(iters: int, tmp: Path, op: str) -> tuple[float, float]:
     out = tmp / "plain.txt"
-    launch_plain(SCRIPT, ["--iters", str(iters)], 2, env={"PINGPONG_OUT": str(out)}, timeout_s=300)
+    launch_plain(SCRIPT, ["--iters", str(iters), "--op", op], 2, env={"PINGPONG_OUT": str(out)}, timeout_s=300)
     return _read(out)
 
 
-def record(iters: int, tmp: Path, tree: Path, *, own_group: bool = False) -> tuple[float, float]:
+def record(iters: int, tmp: Path, tree: Path, op: str, *, own_group: bool = False) -> tuple[float, float]:
     job = tmp / "job.yaml"
-    args = ["--iters", str(iters)] + (["--own-group"] if own_group else [])
+    args = ["--iters", str(iters), "--op", op] + (["--own-group"] if own_group else [])
     job.write_text(yaml.safe_dump({"name": "pingpong", "entrypoint": str(SCRIPT), "args": args, "env": {},
                                    "world_size": 2, "ranks_per_node": 2, "device": "cpu",
                                    "iterations": {"warmup": 0, "measured": 1}, "slots": 2}))
@@ -77,6 +78,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--iters", type=int, default=3000, help="timed round trips per run (after 200 warm-up ones)")
+    parser.add_argument("--op", choices=["sendrecv", "allreduce", "allreduce-async"], default="sendrecv",
+                        help="a round trip is a send and a receive, or one 4 KiB all_reduce (waited at once, or "
+                             "issued with async_op=True, then waited)")
     parser.add_argument("--baseline-tree", type=Path, default=None,
                         help="also record with the prism in this directory (alternated): before/after")
     parser.add_argument("--out", default=str(HERE / "results/record_pingpong.json"))
@@ -88,13 +92,13 @@ def main() -> int:
         for side in sides:
             with tempfile.TemporaryDirectory(prefix=f"prism-pingpong-{side}-") as tmp:
                 if side == "plain":
-                    runs[side].append(plain(ns.iters, Path(tmp)))
+                    runs[side].append(plain(ns.iters, Path(tmp), ns.op))
                 elif side == "baseline":
-                    runs[side].append(record(ns.iters, Path(tmp), ns.baseline_tree.resolve()))
+                    runs[side].append(record(ns.iters, Path(tmp), ns.baseline_tree.resolve(), ns.op))
                 else:
-                    runs[side].append(record(ns.iters, Path(tmp), ROOT, own_group=side == "own-group"))
+                    runs[side].append(record(ns.iters, Path(tmp), ROOT, ns.op, own_group=side == "own-group"))
         print(f"repeat {k + 1}/{ns.repeats}: " + ", ".join(f"{s} {runs[s][-1][0]:.1f} us" for s in sides), flush=True)
-    result = {"iters": ns.iters, "repeats": ns.repeats, "host_cpus": os.cpu_count(), "load_average": os.getloadavg(),
+    result = {"op": ns.op, "iters": ns.iters, "repeats": ns.repeats, "host_cpus": os.cpu_count(), "load_average": os.getloadavg(),
               "baseline_tree": str(ns.baseline_tree) if ns.baseline_tree else None, "sides": {}}
     plain_us = statistics.median(us for us, _ in runs["plain"])
     for side, takes in runs.items():

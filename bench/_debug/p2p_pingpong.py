@@ -1,5 +1,7 @@
-"""Ping-pong of a small tensor between ranks 0 and 1 over send/recv (W=2): the time per round trip
-under a plain launch vs ``prism record``, i.e. the recorder's cost per P2P message (issue 11 part 5).
+"""Ping-pong of a small tensor between ranks 0 and 1 over send/recv (W=2), or (``--op``) a loop of
+small all_reduces: the time per round trip
+under a plain launch vs ``prism record``, i.e. the recorder's cost per P2P message or per
+collective (issue 11 part 5).
 
     python bench/_debug/p2p_pingpong.py --iters 2000      # as a plain rank (RANK/WORLD_SIZE set)
 
@@ -17,6 +19,9 @@ import argparse, datetime, os, queue, threading, time
 import torch, torch.distributed as dist
 
 p = argparse.ArgumentParser(); p.add_argument("--iters", type=int, default=2000); p.add_argument("--numel", type=int, default=1024)
+p.add_argument("--op", choices=["sendrecv", "allreduce", "allreduce-async"], default="sendrecv",
+               help="what a round trip is: a send and a receive, or one all_reduce (waited at once, or "
+                    "issued with async_op=True and then waited)")
 p.add_argument("--own-group", action="store_true", help="over a ProcessGroupGloo built as prism's passthrough builds one")
 p.add_argument("--python-pg", choices=["direct", "syncwrap", "future"], default=None,
                help="through a minimal Python process group over gloo (plain launch only)")
@@ -65,11 +70,16 @@ if a.own_group:
     pg = dist.ProcessGroupGloo(dist.PrefixStore("own/", store), r, 2, datetime.timedelta(seconds=60))
     dist.send = lambda t, dst: pg.send([t], dst, 0).wait()
     dist.recv = lambda t, src: pg.recv([t], src, 0).wait()
+    dist.all_reduce = lambda t, async_op=False: pg.allreduce([t]) if async_op else pg.allreduce([t]).wait()
 for phase in ("warm", "timed"):
     n = 200 if phase == "warm" else a.iters
     dist.barrier(); t0 = time.perf_counter(); c0 = time.process_time()
     for _ in range(n):
-        if r == 0:
+        if a.op == "allreduce":
+            dist.all_reduce(t)
+        elif a.op == "allreduce-async":
+            dist.all_reduce(t, async_op=True).wait()
+        elif r == 0:
             dist.send(t, 1); dist.recv(t, 1)
         else:
             dist.recv(t, 0); dist.send(t, 0)

@@ -138,9 +138,9 @@ class PrismWork(dist.Work):
 
     def get_future(self) -> torch.futures.Future:
         future = self._future
-        if type(future) is torch.futures.Future and not _succeeded(future):  # an engine's, which may fail
+        if not _succeeded(future):  # an engine's Python future, which may fail
             return future.then(_value_or_raise)
-        return future  # a backend's own fails as a C++ error already
+        return future
 
     def result(self):
         return self._future.value()

@@ -13,6 +13,10 @@ the sends to one peer, the receives from one peer) waits for them in order and c
 helper for all of them would let a receive that has arrived wait behind an earlier send to a slow
 peer (a gloo send completes only when the receiver has posted its receive): a pipeline stage's
 next activation would then wait for the stage after it, which no real gloo run does.
+
+On the timed pass (no aliases) the script's own wait completes a gloo send/recv or collective on
+its own thread, as a plain gloo run's wait returns there; the helper, or the backend's own future,
+takes it only when something else asks first (docs/timing.md, "Messages the script waits for").
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import datetime
+import functools
 import logging
 import os
 
@@ -29,7 +34,7 @@ import torch.distributed as dist
 from prism.graph.records import CommOp
 
 from ..memtrack import untracked
-from .base import CommEngine, CommRequest, GroupHandle
+from .base import CommEngine, CommRequest, GroupHandle, complete_op
 from .completion import CompletionThreads, WaiterClaims, wait_for_work
 
 __all__ = ["PassthroughEngine"]
@@ -109,6 +114,32 @@ def _unowned(req: CommRequest) -> CommRequest:
     return dataclasses.replace(req, inputs=[alias(t) for t in req.inputs], outputs=[alias(t) for t in req.outputs])
 
 
+def _divide(outputs: list[torch.Tensor], size: int) -> None:
+    """``avg`` executed as ``sum``: divide by the group size (0: not an average)."""
+    if size:
+        with torch.no_grad():
+            for t in outputs:
+                if t.is_floating_point() or t.is_complex():
+                    t.div_(size)
+                else:
+                    t.floor_divide_(size)
+
+
+def _wait_and_divide(work, outputs: list[torch.Tensor], divide: int) -> None:
+    work.wait()
+    _divide(outputs, divide)
+
+
+def _wait_collective(future: torch.futures.Future, work, outputs, extra: dict, divide: int):
+    """:class:`WaitedFuture`'s ``run`` for a gloo collective on the script's own tensors."""
+    try:
+        _wait_and_divide(work, outputs, divide)
+    except BaseException as e:  # noqa: BLE001 - delivered to every waiter of the future
+        return functools.partial(future.set_exception, e)
+    del work
+    return functools.partial(complete_op, future, outputs, extra)
+
+
 class PassthroughEngine(CommEngine):
     name = "passthrough"
     divides_avg = True
@@ -162,32 +193,28 @@ class PassthroughEngine(CommEngine):
             # (issue 11 part 5: a pipeline makes dozens of messages per step).
             (work,) = works
             return self._waited(work, req)
+        if gloo and staged is None and not unowned and len(works) == 1:
+            # A collective the script waits for: its own wait completes it (above), unless
+            # something else asks first (DDP's reducer takes the future).
+            return self._waited_collective(works[0], req)
         futures = [self._future_of(w, req) for w in works]
         done = torch.futures.collect_all(futures) if len(futures) != 1 else futures[0]
         if not isinstance(pg, dist.ProcessGroupGloo) and works:
             self._observe_nccl(req, works, futures)
-        size = req.group.size
         # ``finish`` runs on the thread that completes the backend's work, and torch destroys a
         # callback only after the future it completes has woken the script: it holds no request
         # and empties ``held`` as it runs, or a tensor only the op still references (a pipeline
         # stage's sent gradient) would outlive the script's wake-up by however long that thread
         # takes, and count in the rank's peak or not depending on scheduling.
         held = [req.outputs, staged.outputs if staged is not None else req.outputs, req.inputs if unowned else ()]
-        divide = self.divides_avg and req.reduce_op == "avg" and req.op in (
-            CommOp.ALL_REDUCE, CommOp.REDUCE_SCATTER, CommOp.REDUCE)
+        divide = self._divisor(req)
         del staged
 
         def finish(f):
             outputs, results, _inputs = held
             held.clear()
             f.value()  # re-raises a backend error into our future
-            if divide:
-                with torch.no_grad():
-                    for t in results:
-                        if t.is_floating_point() or t.is_complex():
-                            t.div_(size)
-                        else:
-                            t.floor_divide_(size)
+            _divide(results, divide)
             if results is not outputs:
                 with torch.no_grad():
                     for out, host in zip(outputs, results, strict=True):
@@ -224,6 +251,43 @@ class PassthroughEngine(CommEngine):
         """A gloo send/recv's future, completed by the thread that waits for it (``WaitedFuture``)."""
         return self._claims.future((req.group.group_id, req.op.value, req.peer), (work, req.outputs, req.extra),
                                    wait_for_work, self._to_helper)
+
+    def _divisor(self, req: CommRequest) -> int:
+        """What an ``avg`` op's outputs are divided by after the backend's ``sum`` (0: nothing)."""
+        if self.divides_avg and req.reduce_op == "avg" and req.op in (
+                CommOp.ALL_REDUCE, CommOp.REDUCE_SCATTER, CommOp.REDUCE):
+            return req.group.size
+        return 0
+
+    def _waited_collective(self, work, req: CommRequest) -> torch.futures.Future:
+        """A gloo collective's future, completed by the thread that waits for it (``WaitedFuture``);
+        handed to the backend's own future (its thread runs the rest) if something else asks first."""
+        return self._claims.future((req.group.group_id,), (work, req.outputs, req.extra, self._divisor(req)),
+                                   _wait_collective, self._collective_to_backend)
+
+    def _collective_to_backend(self, future: torch.futures.Future, work, outputs, extra: dict, divide: int) -> None:
+        try:
+            backend_future = work.get_future()
+        except RuntimeError:
+            # a gloo work without a future (e.g. _allgather_base): the group's helper waits for it
+            self._completion.complete(future.stream, functools.partial(_wait_and_divide, work, outputs, divide),
+                                      future, outputs, extra)
+            return
+        held = [outputs, extra, future]
+        del outputs, extra, future
+
+        def finish(f):
+            outputs, extra, future = held
+            held.clear()
+            try:
+                f.value()
+                _divide(outputs, divide)
+            except BaseException as e:  # noqa: BLE001 - delivered to the script's wait
+                future.set_exception(e)
+                return
+            complete_op(future, outputs, extra)
+
+        backend_future.then(finish)
 
     def _to_helper(self, future: torch.futures.Future, work, value, extra: dict) -> None:
         self._completion.complete(future.stream, work.wait, future, value, extra)
