@@ -111,7 +111,8 @@ def plain_run(job, warmup: int, timeout_s: float) -> tuple[float, float]:
     """Median (wall, CPU) ms/step of a plain launch (all ranks, measured steps)."""
     step_dir = Path(tempfile.mkdtemp(prefix="prism-plain-")) / "steps"
     env = {**job.env, **_probe_env(step_dir)}
-    launch_plain(job.script_path, job.args, job.world_size, env=env, timeout_s=timeout_s)
+    launch_plain(job.script_path, job.args, job.world_size, env=env, timeout_s=timeout_s,
+                 on_retry=lambda: [f.unlink() for f in step_dir.glob("*")])
     wall, cpu = _steps(step_dir, warmup)
     return statistics.median(wall), statistics.median(cpu)
 

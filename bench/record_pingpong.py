@@ -54,7 +54,8 @@ def _read(out: Path) -> tuple[float, float]:
 
 def plain(iters: int, tmp: Path, op: str) -> tuple[float, float]:
     out = tmp / "plain.txt"
-    launch_plain(SCRIPT, ["--iters", str(iters), "--op", op], 2, env={"PINGPONG_OUT": str(out)}, timeout_s=300)
+    launch_plain(SCRIPT, ["--iters", str(iters), "--op", op], 2, env={"PINGPONG_OUT": str(out)}, timeout_s=300,
+                 on_retry=lambda: out.unlink(missing_ok=True))
     return _read(out)
 
 
@@ -78,9 +79,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--iters", type=int, default=3000, help="timed round trips per run (after 200 warm-up ones)")
-    parser.add_argument("--op", choices=["sendrecv", "allreduce", "allreduce-async"], default="sendrecv",
-                        help="a round trip is a send and a receive, or one 4 KiB all_reduce (waited at once, or "
-                             "issued with async_op=True, then waited)")
+    parser.add_argument("--op", choices=["sendrecv", "allreduce", "allreduce-async", "funcol"], default="sendrecv",
+                        help="a round trip is a send and a receive, or one 4 KiB all_reduce (waited at once, "
+                             "issued with async_op=True, then waited, or functional with its wait_tensor)")
     parser.add_argument("--baseline-tree", type=Path, default=None,
                         help="also record with the prism in this directory (alternated): before/after")
     parser.add_argument("--out", default=str(HERE / "results/record_pingpong.json"))

@@ -17,11 +17,13 @@ complete the future, as prism's passthrough engine does for gloo send/recv (docs
 """
 import argparse, datetime, os, queue, threading, time
 import torch, torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 
 p = argparse.ArgumentParser(); p.add_argument("--iters", type=int, default=2000); p.add_argument("--numel", type=int, default=1024)
-p.add_argument("--op", choices=["sendrecv", "allreduce", "allreduce-async"], default="sendrecv",
-               help="what a round trip is: a send and a receive, or one all_reduce (waited at once, or "
-                    "issued with async_op=True and then waited)")
+p.add_argument("--op", choices=["sendrecv", "allreduce", "allreduce-async", "funcol"], default="sendrecv",
+               help="what a round trip is: a send and a receive, or one all_reduce (waited at once, "
+                    "issued with async_op=True and then waited, or a functional all_reduce and its wait_tensor, "
+                    "as DTensor's tensor parallelism issues them)")
 p.add_argument("--own-group", action="store_true", help="over a ProcessGroupGloo built as prism's passthrough builds one")
 p.add_argument("--python-pg", choices=["direct", "syncwrap", "future"], default=None,
                help="through a minimal Python process group over gloo (plain launch only)")
@@ -79,6 +81,10 @@ for phase in ("warm", "timed"):
             dist.all_reduce(t)
         elif a.op == "allreduce-async":
             dist.all_reduce(t, async_op=True).wait()
+        elif a.op == "funcol" and a.own_group:  # the group is no c10d group: the same gloo op, waited
+            dist.all_reduce(t)
+        elif a.op == "funcol":
+            t = funcol.wait_tensor(funcol.all_reduce(t, "sum", dist.group.WORLD))
         elif r == 0:
             dist.send(t, 1); dist.recv(t, 1)
         else:
