@@ -31,6 +31,14 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("pack-*.json")):
         print(f"    {sys.argv[2]} rank {d['rank']} per step: {u['minflt']:.0f} minor faults, {u['nvcsw']:.1f} voluntary / "
               f"{u['nivcsw']:.1f} involuntary switches, user {u['utime'] * 1e3:.2f} ms, system {u['stime'] * 1e3:.2f} ms "
               f"({b['threads']} Python threads)")
+        for when in ("from", "to"):
+            m = d["usage"][when]["mallinfo"]
+            print(f"    {sys.argv[2]} rank {d['rank']} heap at pack {d['usage'][when]['packs']}: {m['hblks']} mmapped chunks "
+                  f"({m['hblkhd'] / 2**20:.1f} MiB), heap {m['arena'] / 2**20:.1f} MiB ({m['fordblks'] / 2**20:.1f} free)")
+        if "heap_peaks" in d["usage"]:
+            m = d["usage"]["heap_peaks"]
+            print(f"    {sys.argv[2]} rank {d['rank']} heap, most seen at every 10th pack: {m['hblks']} mmapped chunks "
+                  f"({m['hblkhd'] / 2**20:.1f} MiB), heap {m['arena'] / 2**20:.1f} MiB")
 for f in sorted(pathlib.Path(sys.argv[1]).glob("gc-*.json")):
     d = json.loads(f.read_text()); f.unlink()
     by = {}

@@ -95,11 +95,28 @@ if os.environ.get("PROBE_PACK"):
             faults[f"{name}:{tid}"] = int(fields[7])  # minflt
         return faults
 
+    import ctypes
+
+    class _Mallinfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    _libc = ctypes.CDLL(None)
+    _libc.mallinfo2.restype = _Mallinfo2
+
+    def _mallinfo() -> dict:
+        """glibc's heap now: ``arena`` (bytes of heap), ``hblks``/``hblkhd`` (chunks and bytes
+        served by mmap), ``fordblks`` (free heap bytes). Large blocks live in mmapped chunks while
+        they are above glibc's dynamic mmap threshold, on the heap once a larger freed chunk has
+        raised it."""
+        info = _libc.mallinfo2()
+        return {name: int(getattr(info, name)) for name, _ in _Mallinfo2._fields_}
+
     def _usage_now() -> dict:
         use = resource.getrusage(resource.RUSAGE_SELF)
         return {"minflt": use.ru_minflt, "nvcsw": use.ru_nvcsw, "nivcsw": use.ru_nivcsw, "utime": use.ru_utime,
                 "stime": use.ru_stime, "threads": threading.active_count(), "at": time.perf_counter(),
-                "packs": len(_pack_calls["pack"]), "thread_faults": _thread_faults()}
+                "packs": len(_pack_calls["pack"]), "thread_faults": _thread_faults(), "mallinfo": _mallinfo()}
 
     def _timed(what, fn):
         def hook(x):
@@ -108,6 +125,11 @@ if os.environ.get("PROBE_PACK"):
             _pack_calls[what].append((time.perf_counter() - start, getattr(x, "nbytes", 0)))
             if what == "pack" and len(_pack_calls["pack"]) == 100:  # past start-up and the first steps
                 _usage["from"] = _usage_now()
+            elif what == "pack" and len(_pack_calls["pack"]) > 100 and len(_pack_calls["pack"]) % 10 == 0:
+                m = _mallinfo()  # mid-forward: how the live activations are held
+                peaks = _usage.setdefault("heap_peaks", {"hblks": 0, "hblkhd": 0, "arena": 0})
+                for k in peaks:
+                    peaks[k] = max(peaks[k], m[k])
             return out
         return hook
 
