@@ -1,6 +1,6 @@
 """The recorder's own cost: ms/step of each example under ``prism record`` vs a plain launch.
 
-Per example (W=4, small sizes that fit the 2-core host), the job runs alternately
+Per example (W=4 unless ``--world``, small sizes that fit the 2-core host), the job runs alternately
 
 * plain: W processes started as torchrun starts them (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/
   PORT, OMP_NUM_THREADS=1), the script's own ``init_process_group`` (gloo), no prism;
@@ -22,6 +22,7 @@ record / plain − 1, for wall and for CPU time.
 
     python bench/record_overhead.py                       # every example, 3 alternated repeats
     python bench/record_overhead.py --examples moe ddp --repeats 5
+    python bench/record_overhead.py --examples tp ddp --world 2 --steps 40   # less oversubscribed on 2 cores
     python bench/record_overhead.py --examples ddp-sleep moe-sleep pp-sleep   # sleep compute, ≥ 50 ms steps
     PRISM_MEMORY=rss python bench/record_overhead.py     # without the tracked CPU peak (its share)
 
@@ -34,6 +35,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import os
 import shutil
 import statistics
@@ -75,11 +77,25 @@ EXAMPLES: dict[str, tuple[str, tuple[str, ...], dict[str, int]]] = {
 PLAIN_EXAMPLES = [name for name in EXAMPLES if not name.endswith("-sleep")]
 
 
-def example_job(name: str, steps: int):
+def example_job(name: str, steps: int, world: int = W):
+    """The example at ``world`` ranks: its model-parallel sizes (tp, pp, cp, ep) as at W=4, data
+    parallelism taking the rest; a ValueError where that does not fit (an example whose arguments
+    fix ``--dp``, a world that the model-parallel sizes do not divide)."""
     path, args, shape = EXAMPLES[name]
+    model = math.prod(shape.get(k, 1) for k in ("tp", "pp", "cp"))
+    dp = world // model
+    if world != W:
+        if "--dp" in args:
+            raise ValueError(f"--world {world}: {name} runs at W={W} only (its arguments fix --dp)")
+        if world % model:
+            raise ValueError(f"--world {world}: {name} needs a multiple of {model} ranks (tp × pp × cp)")
+        if shape.get("ep", 1) > dp:
+            raise ValueError(f"--world {world}: {name}'s expert parallelism {shape['ep']} needs {shape['ep']} "
+                             f"data-parallel ranks, not {dp}")
     job = load_job(ROOT / path)
-    parallelism = dataclasses.replace(job.parallelism, **{"dp": 1, "tp": 1, "pp": 1, "ep": 1, "cp": 1, **shape})
-    return dataclasses.replace(job, args=("--steps", str(steps), *args), world_size=W, ranks_per_node=W,
+    parallelism = dataclasses.replace(job.parallelism, **{"dp": 1, "tp": 1, "pp": 1, "ep": 1, "cp": 1, **shape,
+                                                          "dp": dp})
+    return dataclasses.replace(job, args=("--steps", str(steps), *args), world_size=world, ranks_per_node=world,
                                parallelism=parallelism)
 
 
@@ -152,6 +168,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", nargs="+", default=PLAIN_EXAMPLES, choices=list(EXAMPLES),
                         help="default: the examples at their own compute (the -sleep variants on request)")
+    parser.add_argument("--world", type=int, default=W,
+                        help=f"ranks (default {W}); the examples' model-parallel sizes stay, dp takes the rest")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2, help="measured step diffs dropped at the start")
     parser.add_argument("--repeats", type=int, default=3)
@@ -166,7 +184,7 @@ def main() -> int:
 
     def write() -> None:
         # after every repeat, so a run cut short by a time limit keeps what it measured
-        out = {"world_size": W, "steps": ns.steps, "warmup": ns.warmup, "repeats": ns.repeats, "label": ns.label,
+        out = {"world_size": ns.world, "steps": ns.steps, "warmup": ns.warmup, "repeats": ns.repeats, "label": ns.label,
                "baseline_tree": str(ns.baseline_tree) if ns.baseline_tree else None,
                "memory": os.environ.get("PRISM_MEMORY", "tracked"), "host_cpus": os.cpu_count(),
                "load_average": os.getloadavg(), "examples": results}
@@ -176,7 +194,7 @@ def main() -> int:
         tmp.replace(ns.out)
 
     for name in ns.examples:
-        job = example_job(name, ns.steps)
+        job = example_job(name, ns.steps, ns.world)
         sides: dict[str, list[tuple[float, float]]] = {"plain": [], "record": []}
         if ns.baseline_tree:
             sides["baseline"] = []
