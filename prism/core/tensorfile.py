@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -27,9 +28,11 @@ _DTYPES = {name: getattr(torch, attr) for name, attr in (
 """safetensors' dtype names."""
 
 
-def read_safetensors(path: str | os.PathLike[str]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """The file's tensors and metadata. Raises FileNotFoundError, other OSErrors, and ValueError
-    (or KeyError, TypeError) on a file that is not a whole safetensors file."""
+def read_safetensors(path: str | os.PathLike[str], select: Callable[[str], bool] | None = None,
+                     ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The file's tensors (those whose name ``select`` accepts, when given: the others are not
+    read) and metadata. Raises FileNotFoundError, other OSErrors, and ValueError (or KeyError,
+    TypeError) on a file that is not a whole safetensors file."""
     with Path(path).open("rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
         head = f.read(8)
@@ -47,6 +50,8 @@ def read_safetensors(path: str | os.PathLike[str]) -> tuple[dict[str, torch.Tens
             shape = [int(x) for x in info["shape"]]
             if not 0 <= begin <= end <= size - 8 - n or end - begin != math.prod(shape) * dtype.itemsize:
                 raise ValueError(f"tensor {name} has offsets {begin}..{end} for {info['dtype']} {shape}")
+            if select is not None and not select(name):
+                continue
             raw = torch.empty(end - begin, dtype=torch.uint8)
             if raw.numel():
                 f.seek(8 + n + begin)

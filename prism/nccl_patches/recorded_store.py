@@ -7,9 +7,12 @@ Layout (one safetensors file per pruned collective, written atomically; the tens
     RUN/payloads/pruned/<set key>/p/<group_id>/<src>-<dst>.<seq>.<part>.safetensors   send/recv
     RUN/payloads/pruned/<set key>/index.json      key -> file, algo, group size (write_index)
 
-Integrity: every record carries in its metadata ``sha256``, the digest of its tensors (names,
-dtypes, shapes, bytes) and other metadata (:func:`record_sha256`), written in the same atomic
-write as the data and checked by :func:`load_recorded`; the index carries the sha256 of its
+Integrity: every record carries in its metadata ``sha256`` (:func:`record_sha256`) and
+``tensor_sha256``, each tensor's own digest (name, dtype, shape, bytes); ``sha256`` is the digest of
+the other metadata, those digests included, written in the same atomic write as the data and
+checked by :func:`load_recorded`, which checks each tensor it reads against its digest (a sandbox
+rank reads only its own input; records written before ``tensor_sha256``: the digest of every
+tensor and the other metadata, read whole); the index carries the sha256 of its
 content, and :class:`RecordedStore` requires it (a set without one was not finished) and treats
 an indexed record that is gone as an error. The capture run's ``rank-R.json`` carries the sha256
 of ``rank-R.safetensors`` and of itself (:data:`CAPTURE_SCHEMA` 2), checked when first read.
@@ -33,7 +36,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -60,6 +63,7 @@ __all__ = [
     "save_recorded",
     "load_recorded",
     "record_sha256",
+    "TENSOR_DIGESTS",
     "tensors_sha256",
     "write_index",
     "check_files",
@@ -92,8 +96,16 @@ def tensors_sha256(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | 
 
 
 def record_sha256(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> str:
-    """The checksum a record file carries in its metadata: its tensors and its other metadata."""
-    return tensors_sha256(tensors, {k: v for k, v in metadata.items() if k != "sha256"})
+    """The checksum a record file carries in its metadata. A record with ``tensor_sha256`` (each
+    tensor's own digest, in the metadata) is checked by its metadata alone and each tensor against
+    its digest, so a reader may read a part of it verified (:func:`load_recorded`'s ``select``); a
+    record written before (no ``tensor_sha256``) by its tensors and its other metadata."""
+    meta = {k: v for k, v in metadata.items() if k != "sha256"}
+    return tensors_sha256({} if TENSOR_DIGESTS in meta else tensors, meta)
+
+
+TENSOR_DIGESTS = "tensor_sha256"
+"""Record metadata: ``{tensor name: tensors_sha256 of that tensor alone}`` (JSON)."""
 
 
 def _pruned_remedy(directory: Path) -> str:
@@ -156,6 +168,7 @@ def save_recorded(directory: str | Path, key: str, rec: RecordedCollective) -> P
         "shared_out": json.dumps(shared_out),
     }
     tensors = {k: v.detach().contiguous().clone() for k, v in tensors.items()}
+    meta[TENSOR_DIGESTS] = json.dumps({k: tensors_sha256({k: v}) for k, v in tensors.items()}, sort_keys=True)
     meta["sha256"] = record_sha256(tensors, meta)
     path = _path(Path(directory), key)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -165,13 +178,19 @@ def save_recorded(directory: str | Path, key: str, rec: RecordedCollective) -> P
     return path
 
 
-def load_recorded(directory: str | Path, key: str, *, indexed: bool = False) -> RecordedCollective | None:
+def load_recorded(directory: str | Path, key: str, *, indexed: bool = False,
+                  select: Callable[[str], bool] | None = None) -> RecordedCollective | None:
     """The record stored under ``key``, its checksum verified; None when there is none (an error
-    when ``indexed``: the set's index lists it)."""
+    when ``indexed``: the set's index lists it). ``select``: read only the tensors whose name it
+    accepts (``in.<group rank>``, ``out``, ``entry.<group rank>`` ...), each verified against its
+    own digest; a record written without per-tensor digests is read whole."""
     directory = Path(directory)
     path = _path(directory, key)
     try:
-        tensors, meta = read_safetensors(path)
+        tensors, meta = read_safetensors(path, select)
+        if select is not None and TENSOR_DIGESTS not in meta:
+            tensors, meta = read_safetensors(path)
+            select = None
     except FileNotFoundError:
         if indexed:
             raise IntegrityError(path, f"recorded data of {key} is missing (listed in index.json)",
@@ -187,13 +206,16 @@ def load_recorded(directory: str | Path, key: str, *, indexed: bool = False) -> 
                    f"the file says {want} (the file was modified or corrupted)"
                    if want else f"recorded data of {key} carries no sha256 (written by an older prism, or corrupt)")
         raise IntegrityError(path, problem, _pruned_remedy(directory))
+    if TENSOR_DIGESTS in meta:
+        _check_tensor_digests(path, key, tensors, json.loads(meta[TENSOR_DIGESTS]), select, directory)
 
     def by_rank(prefix: str) -> dict[int, torch.Tensor]:
         return {int(k.split(".", 1)[1]): v for k, v in tensors.items() if k.startswith(prefix + ".")}
 
     outputs = by_rank("out")
-    for g in json.loads(meta["shared_out"]):
-        outputs[g] = tensors["out"]
+    if "out" in tensors:
+        for g in json.loads(meta["shared_out"]):
+            outputs[g] = tensors["out"]
     return RecordedCollective(
         Algo(meta["algo"]),
         int(meta["group_size"]),
@@ -210,6 +232,23 @@ def load_recorded(directory: str | Path, key: str, *, indexed: bool = False) -> 
         out_splits={int(k): tuple(v) for k, v in json.loads(meta["out_splits"]).items()},
         row_numel=int(meta["row_numel"]),
     )
+
+
+def _check_tensor_digests(path: Path, key: str, tensors: dict[str, torch.Tensor], digests: dict[str, str],
+                          select: Callable[[str], bool] | None, directory: Path) -> None:
+    """Each tensor read against its digest, and the names read against the names the (verified)
+    metadata lists: all of them, or all that ``select`` accepts."""
+    listed = set(digests) if select is None else {name for name in digests if select(name)}
+    if set(tensors) != listed:
+        raise IntegrityError(path, f"sha256 mismatch in the recorded data of {key}: it holds tensors "
+                                   f"{sorted(tensors)} where its metadata lists {sorted(listed)} (the file was "
+                                   "modified or corrupted)", _pruned_remedy(directory))
+    for name, t in tensors.items():
+        got = tensors_sha256({name: t})
+        if got != digests[name]:
+            raise IntegrityError(path, f"sha256 mismatch in the recorded data of {key}: tensor {name} hashes to "
+                                       f"{got}, the file says {digests[name]} (the file was modified or corrupted)",
+                                 _pruned_remedy(directory))
 
 
 def write_index(directory: str | Path) -> dict[str, dict]:
@@ -264,7 +303,8 @@ class RecordedStore:
     stays off their critical path."""
 
     def __init__(self, directory: str | Path, *, prefetch_workers: int = 2,
-                 preload_bytes: int = 256 * 1024 * 1024) -> None:
+                 preload_bytes: int = 256 * 1024 * 1024,
+                 select: Callable[[str, dict], Callable[[str], bool] | None] | None = None) -> None:
         self.directory = Path(directory)
         if not self.directory.is_dir():
             raise RunDirError(f"{self.directory}: no recorded data for this sandbox set (collect the job with "
@@ -274,13 +314,18 @@ class RecordedStore:
         self._pending: dict[str, Future] = {}
         self._lock = threading.Lock()
         self._preload_left = preload_bytes
+        self._select = select
+        """``select(key, index entry)``: which tensors of the record to read (:func:`load_recorded`'s
+        ``select``; None: all)."""
 
     def index(self) -> dict[str, dict]:
         """``index.json`` (key -> file, algo, group size, bytes), checked (:func:`read_index`)."""
         return self._index
 
     def _load(self, key: str) -> RecordedCollective | None:
-        return load_recorded(self.directory, key, indexed=key in self.index())
+        entry = self.index().get(key)
+        select = self._select(key, entry or {}) if self._select is not None else None
+        return load_recorded(self.directory, key, indexed=entry is not None, select=select)
 
     def keys_under(self, prefix: str) -> list[str]:
         """Indexed keys that start with ``prefix`` (e.g. a channel's ``c/<group>/``), in (seq, part) order."""

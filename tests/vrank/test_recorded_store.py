@@ -101,3 +101,80 @@ def test_records_of_every_dtype_read_back_as_safetensors_reads_them(tmp_path, dt
     for name, t in tensors.items():
         assert t.dtype == theirs[name].dtype and t.shape == theirs[name].shape, name
         assert torch.equal(t.reshape(-1).view(torch.uint8), theirs[name].reshape(-1).view(torch.uint8)), name
+
+
+def _flip_inside(path, name: str) -> None:
+    """Flip one byte in the middle of tensor ``name``'s data."""
+    import json
+
+    data = bytearray(path.read_bytes())
+    n = int.from_bytes(data[:8], "little")
+    begin, end = json.loads(data[8 : 8 + n])[name]["data_offsets"]
+    data[8 + n + (begin + end) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _ring_record(tmp_path):
+    g = torch.Generator().manual_seed(7)
+    inputs = [torch.randn(64, generator=g) for _ in range(4)]
+    rec = record_for_sandbox(inputs, Algo.RING_ALL_REDUCE, "sum", [1])
+    key = collective_key("0", 2, 0)
+    save_recorded(tmp_path, key, rec)
+    return key, rec, next(tmp_path.rglob("*.safetensors"))
+
+
+def test_a_sandbox_rank_reads_only_its_own_input_of_a_record_verified(tmp_path):
+    """The live engine needs its own input of a ring record (the divergence flag); the record also
+    holds what the replayer needs (entry partials, outputs): read in part, each tensor is checked
+    against its own digest, and a damaged tensor that was not read is the replayer's to find."""
+    from prism.core.errors import IntegrityError
+
+    key, rec, path = _ring_record(tmp_path)
+    part = load_recorded(tmp_path, key, select="in.1".__eq__)
+    assert part.inputs.keys() == {1} and torch.equal(part.inputs[1], rec.inputs[1])
+    assert not part.outputs and not part.entry_partials and (part.algo, part.sandbox) == (rec.algo, rec.sandbox)
+    entry = next(name for name in read_safetensors(path)[0] if name.startswith("entry."))
+    _flip_inside(path, entry)
+    assert torch.equal(load_recorded(tmp_path, key, select="in.1".__eq__).inputs[1], rec.inputs[1])
+    with pytest.raises(IntegrityError, match=rf"sha256 mismatch in the recorded data of {key}: tensor {entry}"):
+        load_recorded(tmp_path, key)
+    _flip_inside(path, "in.1")
+    with pytest.raises(IntegrityError, match=rf"sha256 mismatch in the recorded data of {key}: tensor in\.1"):
+        load_recorded(tmp_path, key, select="in.1".__eq__)
+
+
+def test_a_record_whose_digests_were_edited_fails_as_a_whole(tmp_path):
+    """The per-tensor digests are part of the metadata the record's own sha256 covers: a file
+    whose digest of a tensor was rewritten to match a changed tensor still fails."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from prism.core.errors import IntegrityError
+    from prism.nccl_patches.recorded_store import TENSOR_DIGESTS, tensors_sha256
+
+    key, rec, path = _ring_record(tmp_path)
+    tensors, meta = read_safetensors(path)
+    tensors["in.1"] = tensors["in.1"] + 1
+    digests = json.loads(meta[TENSOR_DIGESTS])
+    digests["in.1"] = tensors_sha256({"in.1": tensors["in.1"]})
+    save_file(tensors, str(path), metadata={**meta, TENSOR_DIGESTS: json.dumps(digests, sort_keys=True)})
+    with pytest.raises(IntegrityError, match=rf"sha256 mismatch in the recorded data of {key}: its content"):
+        load_recorded(tmp_path, key, select="in.1".__eq__)
+
+
+def test_a_record_written_before_per_tensor_digests_is_read_whole_and_verified(tmp_path):
+    from safetensors.torch import save_file
+
+    from prism.core.errors import IntegrityError
+    from prism.nccl_patches.recorded_store import TENSOR_DIGESTS, record_sha256
+
+    key, rec, path = _ring_record(tmp_path)
+    tensors, meta = read_safetensors(path)
+    del meta[TENSOR_DIGESTS]
+    meta["sha256"] = record_sha256(tensors, meta)  # as an older prism wrote it
+    save_file(tensors, str(path), metadata=meta)
+    _same(load_recorded(tmp_path, key, select="in.1".__eq__), rec)
+    _flip_inside(path, next(name for name in tensors if name.startswith("entry.")))
+    with pytest.raises(IntegrityError, match=rf"sha256 mismatch in the recorded data of {key}: its content"):
+        load_recorded(tmp_path, key, select="in.1".__eq__)

@@ -56,6 +56,7 @@ from prism.nccl_patches import run_sandbox_side
 from prism.nccl_patches.compensation import describe, matches_record, recorded_on_another_path, same_bits
 from prism.nccl_patches.parties import SandboxParty
 from prism.nccl_patches.recorded_store import RecordedStore, collective_key, p2p_key, write_capture
+from prism.nccl_patches.schedule import Algo
 from prism.nccl_patches.vplan import (
     WideTagTransport,
     barrier_record,
@@ -160,7 +161,10 @@ class LiveEngine(CommEngine):
         self.out_dir = Path(out_dir)
         self.capture_dir = Path(capture_dir) if capture_dir else None
         self._store_addr = transport_store
-        self._recorded = RecordedStore(recorded_dir, prefetch_workers=1) if recorded_dir else None
+        self._group_ranks: dict[str, int] = {}
+        """This rank's group rank per group it belongs to (which input of a record is its own)."""
+        self._recorded = RecordedStore(recorded_dir, prefetch_workers=1, select=self._own_part) \
+            if recorded_dir else None
         self._lock = threading.Lock()
         self._channels: dict[tuple, _Channel] = {}
         self._claims = WaiterClaims()
@@ -232,7 +236,20 @@ class LiveEngine(CommEngine):
         me = req.group.global_rank
         return (me, req.peer) if req.op is CommOp.SEND else (req.peer, me)
 
+    def _own_part(self, key: str, entry: dict) -> Callable[[str], bool] | None:
+        """What this rank reads of a record: its own input (all a ring, chain, direct or P2P
+        record is needed for here: the divergence flag); a tree all-reduce whole (its root selects
+        recorded values). A record also holds the neighbor vranks' entry partials and the outputs,
+        which the replayer reads: read here, they would triple the rank's loads and the memory they
+        take beside the script."""
+        group_rank = self._group_ranks.get(key.split("/", 2)[1])
+        if group_rank is None or entry.get("algo") == Algo.TREE_ALL_REDUCE.value:
+            return None
+        own = f"in.{group_rank}"
+        return own.__eq__
+
     def create_group(self, group: GroupHandle, store: object) -> None:
+        self._group_ranks[group.group_id] = group.group_rank
         if self._lanes is None:
             if group.size > 1 and group.group_id in self._connect_groups:
                 with untracked():
