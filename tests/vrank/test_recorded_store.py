@@ -178,3 +178,24 @@ def test_a_record_written_before_per_tensor_digests_is_read_whole_and_verified(t
     _flip_inside(path, next(name for name in tensors if name.startswith("entry.")))
     with pytest.raises(IntegrityError, match=rf"sha256 mismatch in the recorded data of {key}: its content"):
         load_recorded(tmp_path, key, select="in.1".__eq__)
+
+
+def test_the_live_engine_reads_its_own_input_of_a_ring_record_and_a_tree_record_whole(tmp_path):
+    from prism.sandbox.engines.base import GroupHandle
+    from prism.sandbox.engines.live import LiveEngine
+
+    g = torch.Generator().manual_seed(9)
+    inputs = [torch.randn(32, generator=g) for _ in range(4)]
+    ring, tree = collective_key("5", 0, 0), collective_key("5", 1, 0)
+    save_recorded(tmp_path, ring, record_for_sandbox(inputs, Algo.RING_ALL_REDUCE, "sum", [2]))
+    save_recorded(tmp_path, tree, whole := record_for_sandbox(inputs, Algo.TREE_ALL_REDUCE, "sum", [2]))
+    write_index(tmp_path)
+    engine = LiveEngine(rank=6, world_size=8, sandbox=[6], transport_store="127.0.0.1:1", recorded_dir=str(tmp_path))
+    try:
+        engine.create_group(GroupHandle("5", (0, 2, 6, 7), 2), store=None)  # group rank 2; no transport yet
+        own = engine._recorded.get(ring)
+        assert own.inputs.keys() == {2} and torch.equal(own.inputs[2], inputs[2])
+        assert not own.outputs and not own.entry_partials
+        _same(engine._recorded.get(tree), whole)
+    finally:
+        engine._recorded.close()
