@@ -130,7 +130,12 @@ def _wait_and_divide(work, outputs: list[torch.Tensor], divide: int) -> None:
     _divide(outputs, divide)
 
 
-def _wait_collective(future: torch.futures.Future, work, outputs, extra: dict, divide: int):
+def _kind(work, req: CommRequest) -> tuple:
+    """What decides whether a gloo work has a future of its own."""
+    return type(work), req.op, req.flat, req.coalesced
+
+
+def _wait_collective(future: torch.futures.Future, work, _op_kind, outputs, extra: dict, divide: int):
     """:class:`WaitedFuture`'s ``run`` for a gloo collective on the script's own tensors."""
     try:
         _wait_and_divide(work, outputs, divide)
@@ -237,15 +242,20 @@ class PassthroughEngine(CommEngine):
 
         req.extra["wait"] = wait
 
-    def _future_of(self, work, req: CommRequest) -> torch.futures.Future:
-        # Asking costs a C++ exception where there is none (8 µs): asked once per kind of op.
-        kind = (type(work), req.op, req.flat, req.coalesced)
+    def _backend_future(self, work, kind: tuple) -> torch.futures.Future | None:
+        """The work's own future, or None for a gloo work that has none (send/recv,
+        ``_allgather_base``). Asking costs a C++ exception where there is none (8 µs): asked once
+        per kind of op."""
         if kind not in self._futureless:
             try:
                 return work.get_future()
             except RuntimeError:
                 self._futureless.add(kind)
-        return self._helper_future(work, req, None)
+        return None
+
+    def _future_of(self, work, req: CommRequest) -> torch.futures.Future:
+        future = self._backend_future(work, _kind(work, req))
+        return future if future is not None else self._helper_future(work, req, None)
 
     def _waited(self, work, req: CommRequest) -> torch.futures.Future:
         """A gloo send/recv's future, completed by the thread that waits for it (``WaitedFuture``)."""
@@ -262,17 +272,18 @@ class PassthroughEngine(CommEngine):
     def _waited_collective(self, work, req: CommRequest) -> torch.futures.Future:
         """A gloo collective's future, completed by the thread that waits for it (``WaitedFuture``);
         handed to the backend's own future (its thread runs the rest) if something else asks first."""
-        return self._claims.future((req.group.group_id,), (work, req.outputs, req.extra, self._divisor(req)),
-                                   _wait_collective, self._collective_to_backend)
+        op = (work, _kind(work, req), req.outputs, req.extra, self._divisor(req))
+        return self._claims.future((req.group.group_id,), op, _wait_collective, self._collective_to_backend)
 
-    def _collective_to_backend(self, future: torch.futures.Future, work, outputs, extra: dict, divide: int) -> None:
-        try:
-            backend_future = work.get_future()
-        except RuntimeError:
+    def _collective_to_backend(self, future: torch.futures.Future, work, kind: tuple, outputs, extra: dict,
+                               divide: int) -> None:
+        backend_future = self._backend_future(work, kind)
+        if backend_future is None:
             # a gloo work without a future (e.g. _allgather_base): the group's helper waits for it
             self._completion.complete(future.stream, functools.partial(_wait_and_divide, work, outputs, divide),
                                       future, outputs, extra)
             return
+        del work
         held = [outputs, extra, future]
         del outputs, extra, future
 
