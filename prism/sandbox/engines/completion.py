@@ -172,11 +172,15 @@ class WaiterClaims:
             future.hand_over()
 
 
-def wait_for_work(future: torch.futures.Future, work, value, extra: dict) -> Callable[[], None]:
-    """:class:`WaitedFuture`'s ``run`` for a backend work: wait for it here; complete ``future``
-    with ``value`` (stamped first) or with the error the wait raised."""
+def wait_for_work(future: torch.futures.Future, work, value, extra: dict,
+                  then: Callable[[], None] | None = None) -> Callable[[], None]:
+    """:class:`WaitedFuture`'s ``run`` for a backend work: wait for it here (then call ``then``,
+    e.g. an ``avg``'s division); complete ``future`` with ``value`` (stamped first) or with the
+    error either raised."""
     try:
         work.wait()
+        if then is not None:
+            then()
     except BaseException as e:  # noqa: BLE001 - delivered to every waiter of the future
         return functools.partial(future.set_exception, e)
     del work

@@ -137,12 +137,7 @@ def _kind(work, req: CommRequest) -> tuple:
 
 def _wait_collective(future: torch.futures.Future, work, _op_kind, outputs, extra: dict, divide: int):
     """:class:`WaitedFuture`'s ``run`` for a gloo collective on the script's own tensors."""
-    try:
-        _wait_and_divide(work, outputs, divide)
-    except BaseException as e:  # noqa: BLE001 - delivered to every waiter of the future
-        return functools.partial(future.set_exception, e)
-    del work
-    return functools.partial(complete_op, future, outputs, extra)
+    return wait_for_work(future, work, outputs, extra, functools.partial(_divide, outputs, divide) if divide else None)
 
 
 class PassthroughEngine(CommEngine):
@@ -192,16 +187,15 @@ class PassthroughEngine(CommEngine):
             # Host copies (staged) are the engine's own: only the script's CPU tensors are aliased.
             unowned = self._unowned and staged is None and gloo
             works = self._start(pg, staged or (_unowned(req) if unowned else req))
-        if gloo and staged is None and not unowned and req.op in (CommOp.SEND, CommOp.RECV):
-            # A gloo send/recv has no future and nothing to finish: the script's own wait completes
-            # ours with the outputs (what ``finish`` would return), as a plain gloo run's wait does
-            # (issue 11 part 5: a pipeline makes dozens of messages per step).
-            (work,) = works
-            return self._waited(work, req)
-        if gloo and staged is None and not unowned and len(works) == 1:
-            # A collective the script waits for: its own wait completes it (above), unless
-            # something else asks first (DDP's reducer takes the future).
-            return self._waited_collective(works[0], req)
+        if gloo and staged is None and not unowned:
+            # The script's own wait completes the op on its own thread, as a plain gloo run's wait
+            # returns there (issue 11 part 5: a pipeline makes dozens of messages per step, a
+            # tensor-parallel layer a collective waited at once), unless something else asks first.
+            if req.op in (CommOp.SEND, CommOp.RECV):
+                (work,) = works  # no future of its own, nothing to finish: completed with the outputs
+                return self._waited(work, req)
+            if len(works) == 1:
+                return self._waited_collective(works[0], req)  # DDP's reducer takes the future first
         futures = [self._future_of(w, req) for w in works]
         done = torch.futures.collect_all(futures) if len(futures) != 1 else futures[0]
         if not isinstance(pg, dist.ProcessGroupGloo) and works:
