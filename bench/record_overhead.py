@@ -25,6 +25,7 @@ record / plain − 1, for wall and for CPU time.
     python bench/record_overhead.py --examples tp ddp --world 2 --steps 40   # less oversubscribed on 2 cores
     python bench/record_overhead.py --examples ddp-sleep moe-sleep pp-sleep   # sleep compute, ≥ 50 ms steps
     PRISM_MEMORY=rss python bench/record_overhead.py     # without the tracked CPU peak (its share)
+    python bench/record_overhead.py --examples tp-sleep --threads   # + CPU ms/step per kind of thread
 
 JSON goes to ``--out`` (default bench/results/record_overhead.json).
 """
@@ -102,39 +103,49 @@ def example_job(name: str, steps: int, world: int = W):
 PROBE = HERE / "_step_probe"
 
 
-def _steps(step_dir: Path, warmup: int) -> tuple[list[float], list[float]]:
+def _steps(step_dir: Path, warmup: int) -> tuple[list[float], list[float], dict[str, float]]:
     """(wall ms, CPU ms) of every measured step of every rank the probe saw: a step is the time
     between two consecutive optimizer step ends; the first ``warmup`` and the last one (ranks
-    start leaving) are dropped."""
+    start leaving) are dropped. With the per-thread probe (``--threads``) also each kind of
+    thread's CPU ms per measured step, the median over the ranks (else an empty dict)."""
     wall, cpu = [], []
+    per_thread: dict[str, list[float]] = {}
     # A two-pass record's memory pass is not the recorded run.
     for path in sorted(p for p in step_dir.glob("pid-*.txt") if not p.name.endswith("-memory.txt")):
         ends = [tuple(int(x) for x in line.split()) for line in path.read_text().splitlines()]
         diffs = [((b[0] - a[0]) / 1e6, (b[1] - a[1]) / 1e6) for a, b in zip(ends, ends[1:])][warmup:-1]
         wall += [w for w, _ in diffs]
         cpu += [c for _, c in diffs]
+        threads = path.with_name(path.name.replace("pid-", "threads-", 1)).with_suffix(".jsonl")
+        if threads.exists() and diffs:
+            snaps = [json.loads(line) for line in threads.read_text().splitlines()]
+            first, last = snaps[warmup], snaps[warmup + len(diffs)]  # the measured steps' ends
+            for name, ns in last.items():
+                per_thread.setdefault(name, []).append((ns - first.get(name, 0)) / 1e6 / len(diffs))
     shutil.rmtree(step_dir)
-    return wall, cpu
+    return wall, cpu, {name: statistics.median(v) for name, v in per_thread.items()}
 
 
 def _probe_env(step_dir: Path, tree: Path | None = None) -> dict[str, str]:
     step_dir.mkdir(parents=True)
     path = os.pathsep.join(str(p) for p in (tree, PROBE) if p is not None)
-    return {"PRISM_BENCH_STEP_DIR": str(step_dir), "PYTHONPATH": path}
+    return {"PRISM_BENCH_STEP_DIR": str(step_dir), "PYTHONPATH": path,
+            "PRISM_BENCH_THREADS": os.environ.get("PRISM_BENCH_THREADS", "0")}
 
 
-def plain_run(job, warmup: int, timeout_s: float) -> tuple[float, float]:
-    """Median (wall, CPU) ms/step of a plain launch (all ranks, measured steps)."""
+def plain_run(job, warmup: int, timeout_s: float) -> tuple[float, float, dict[str, float]]:
+    """Median (wall, CPU) ms/step of a plain launch (all ranks, measured steps), and per kind of
+    thread its CPU ms/step (with ``--threads``)."""
     step_dir = Path(tempfile.mkdtemp(prefix="prism-plain-")) / "steps"
     env = {**job.env, **_probe_env(step_dir)}
     launch_plain(job.script_path, job.args, job.world_size, env=env, timeout_s=timeout_s,
                  on_retry=lambda: [f.unlink() for f in step_dir.glob("*")])
-    wall, cpu = _steps(step_dir, warmup)
-    return statistics.median(wall), statistics.median(cpu)
+    wall, cpu, threads = _steps(step_dir, warmup)
+    return statistics.median(wall), statistics.median(cpu), threads
 
 
-def record_run(job, warmup: int, timeout_s: float, tree: Path = ROOT) -> tuple[float, float]:
-    """Median (wall, CPU) ms/step under ``prism record`` of the prism in ``tree`` (all ranks)."""
+def record_run(job, warmup: int, timeout_s: float, tree: Path = ROOT) -> tuple[float, float, dict[str, float]]:
+    """As :func:`plain_run`, under ``prism record`` of the prism in ``tree`` (all ranks)."""
     with tempfile.TemporaryDirectory(prefix="prism-rec-") as tmp:
         RunDir(Path(tmp) / "job").save_job(job)
         step_dir = Path(tmp) / "steps"
@@ -145,22 +156,32 @@ def record_run(job, warmup: int, timeout_s: float, tree: Path = ROOT) -> tuple[f
         if proc.returncode:
             raise RuntimeError(f"prism record of {job.name} ({tree}) exited {proc.returncode}:\n"
                                f"{proc.stderr.decode()[-2000:]}")
-        wall, cpu = _steps(step_dir, warmup)
-    return statistics.median(wall), statistics.median(cpu)
+        wall, cpu, threads = _steps(step_dir, warmup)
+    return statistics.median(wall), statistics.median(cpu), threads
 
 
-def _row(name: str, job, sides: dict[str, list[tuple[float, float]]]) -> tuple[dict, str]:
-    """The example's JSON row and printed line from the runs so far (medians per side)."""
-    med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in sides.items()}
+def _row(name: str, job, sides: dict[str, list[tuple]]) -> tuple[dict, str]:
+    """The example's JSON row and printed line(s) from the runs so far (medians per side)."""
+    med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in sides.items()}
     pw, pc = med["plain"]
     row = {"args": list(job.args)}
     line = f"{name:10s} plain {pw:8.2f} ms (cpu {pc:7.2f})"
+    threads = {}
     for side, (w, c) in med.items():
-        row[side] = {"wall_ms": [round(x, 3) for x, _ in sides[side]], "cpu_ms": [round(x, 3) for _, x in sides[side]],
+        row[side] = {"wall_ms": [round(r[0], 3) for r in sides[side]], "cpu_ms": [round(r[1], 3) for r in sides[side]],
                      "wall_median_ms": round(w, 3), "cpu_median_ms": round(c, 3)}
+        names = {n for r in sides[side] for n in r[2]}
+        if names:  # a thread kind missing from a run spent nothing there
+            threads[side] = {n: statistics.median(r[2].get(n, 0.0) for r in sides[side]) for n in names}
+            row[side]["thread_cpu_ms_per_step"] = {n: round(v, 3) for n, v in sorted(threads[side].items())}
         if side != "plain":
             row[side].update(wall_overhead_pct=round(100 * (w / pw - 1), 2), cpu_overhead_pct=round(100 * (c / pc - 1), 2))
             line += f"  {side} {w:8.2f} ms {100 * (w / pw - 1):+6.1f} % (cpu {c:7.2f} {100 * (c / pc - 1):+6.1f} %)"
+    if "record" in threads:
+        plain = threads.get("plain", {})
+        diff = {n: threads["record"].get(n, 0.0) - plain.get(n, 0.0) for n in {*plain, *threads["record"]}}
+        top = sorted(diff.items(), key=lambda kv: -abs(kv[1]))[:6]
+        line += "\n    cpu ms/step by thread, record - plain: " + ", ".join(f"{n} {d:+.2f}" for n, d in top)
     return row, line
 
 
@@ -177,9 +198,13 @@ def main() -> int:
     parser.add_argument("--baseline-tree", type=Path, default=None,
                         help="also record with the prism in this directory (alternated): before/after")
     parser.add_argument("--label", default="", help="a name for this set of figures (e.g. before/after)")
+    parser.add_argument("--threads", action="store_true",
+                        help="also each kind of thread's CPU ms per step, per side (which thread record's CPU goes to)")
     parser.add_argument("--out", default=str(HERE / "results/record_overhead.json"))
     ns = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if ns.threads:
+        os.environ["PRISM_BENCH_THREADS"] = "1"  # read by _probe_env, inherited by every rank
     results = {}
 
     def write() -> None:
@@ -195,7 +220,7 @@ def main() -> int:
 
     for name in ns.examples:
         job = example_job(name, ns.steps, ns.world)
-        sides: dict[str, list[tuple[float, float]]] = {"plain": [], "record": []}
+        sides: dict[str, list[tuple]] = {"plain": [], "record": []}
         if ns.baseline_tree:
             sides["baseline"] = []
         for k in range(ns.repeats):  # alternated, so every side sees the same host load

@@ -22,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_force_argument(p)
     add_timeout_argument(p, default_s=600.0)
     p.add_argument("--cuda-backend", choices=("nccl", "gloo"), default="nccl",
-                   help="real backend for CUDA tensors (gloo lets several ranks share one GPU)")
+                   help="real backend for CUDA tensors on a device: cuda job (gloo lets several ranks share one GPU); "
+                        "a device: cpu job records on gloo alone, as it runs")
     p.add_argument("--memory-cap", type=parse_bytes, default=None, metavar="SIZE",
                    help="per-rank memory cap, e.g. 600000 or 2GiB (0: none; default: the job's memory_cap_bytes); "
                         "a rank above it fails with torch.OutOfMemoryError (exit code 3, RUN/failure.json)")

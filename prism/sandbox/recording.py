@@ -33,7 +33,7 @@ from prism.graph.records import Graph, RankRecord
 
 from .launch import LaunchOptions, assemble_graph, launch_ranks
 
-__all__ = ["record_job", "walk_rank", "failure_summary", "FAILURE_FILE"]
+__all__ = ["record_job", "walk_rank", "failure_summary", "cuda_backend_of", "FAILURE_FILE"]
 
 PAYLOADS_REAL = "payloads_real"
 """RUN/payloads_real/rank-R/: the tensors rank R received in the recorded run (``--payloads``)."""
@@ -42,6 +42,14 @@ FAILURE_FILE = "failure.json"
 _TAIL_LINES = 12
 
 log = logging.getLogger(__name__)
+
+
+def cuda_backend_of(job: JobConfig, requested: str) -> str:
+    """The real backend for CUDA tensors under ``prism record``: ``requested`` on a ``device: cuda``
+    job. A CPU job's plain launch runs on gloo alone, so on a host with GPUs its recording must not
+    add a ProcessGroupNCCL to every group (with its watchdog and heartbeat threads): that would be
+    the recorder's doing, not the job's."""
+    return requested if job.device == "cuda" else "gloo"
 
 
 def record_job(
@@ -61,7 +69,8 @@ def record_job(
     tracker is in use, see the module's docstring); False tracks them inside the timed run.
     ``payloads``: also keep every tensor each rank received (in the timed pass), in
     RUN/payloads_real/rank-R/ (what ``prism replay --values`` restores).
-    ``replace``: RUN may hold a run of another program, whose data is removed (``RunDir.claim``)."""
+    ``replace``: RUN may hold a run of another program, whose data is removed (``RunDir.claim``).
+    ``cuda_backend``: the real backend for CUDA tensors on a ``device: cuda`` job (``cuda_backend_of``)."""
     run = RunDir(Path(run_dir))
     run.claim(job, replace=replace)
     run.root.mkdir(parents=True, exist_ok=True)
@@ -72,7 +81,8 @@ def record_job(
         memory_pass = needs_memory_pass(job)
     payload_root = run.root / PAYLOADS_REAL
     shutil.rmtree(payload_root, ignore_errors=True)  # a previous recording's values are not this run's
-    options = LaunchOptions(engine="passthrough", timeout_s=timeout_s, cuda_backend=cuda_backend, log_dir=str(run.logs),
+    options = LaunchOptions(engine="passthrough", timeout_s=timeout_s, cuda_backend=cuda_backend_of(job, cuda_backend),
+                            log_dir=str(run.logs),
                             engine_options={"payload_dir": str(payload_root / "rank-{rank}")} if payloads else {})
     if not memory_pass:
         records = _launch(job, options, failure, on_progress, run.root, "record")

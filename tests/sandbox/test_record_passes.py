@@ -15,7 +15,7 @@ import yaml
 
 from prism.core.config import load_job
 from prism.graph.memory_pass import PASS_ENV
-from prism.sandbox.recording import record_job
+from prism.sandbox.recording import cuda_backend_of, record_job
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -106,3 +106,21 @@ def test_with_prism_memory_rss_there_is_one_pass(job, tmp_path, monkeypatch):
     graph = record_job(job, tmp_path / "rss", timeout_s=60)
     assert sorted(p.name for p in out.iterdir()) == ["single-0.json", "single-1.json"]
     assert graph.summaries[0].memory_source == "cpu.peak_rss"
+
+
+def test_a_cpu_job_is_recorded_on_gloo_alone_where_gpus_are_present(tmp_path):
+    """A CPU job's plain launch makes gloo groups only: on a GPU host its recording must not add a
+    ProcessGroupNCCL (and its threads) to each group; a CUDA job keeps the backend asked for."""
+    cpu = load_job(_job_file(tmp_path, "cpu"))
+    cuda = load_job(_job_file(tmp_path, "cuda"))
+    assert cuda_backend_of(cpu, "nccl") == "gloo"
+    assert cuda_backend_of(cuda, "nccl") == "nccl"
+    assert cuda_backend_of(cuda, "gloo") == "gloo"
+
+
+def _job_file(tmp_path, device: str):
+    (tmp_path / "train.py").write_text("pass\n")
+    path = tmp_path / f"job-{device}.yaml"
+    path.write_text(yaml.safe_dump({"name": f"backend-{device}", "entrypoint": "train.py", "world_size": 2,
+                                    "device": device, "parallelism": {"dp": 2}}))
+    return path
