@@ -193,6 +193,14 @@ class LiveEngine(CommEngine):
                 # Groups of sandbox ranks only run the real backend among them (no vrank takes
                 # part): their ops are what the real job's are, on the real links.
                 self._real = PassthroughEngine(cuda_backend="nccl", timeout_s=timeout_s)
+        elif device_path == "host" and self.capture_dir is None:
+            # The same for a pair of sandbox ranks on the host path (a tp pair inside a calibration
+            # slice): the job's own gloo op, not prism's ring steps in Python, whose per-step cost the
+            # slices would measure as the pair's transfer (tp-sleep: 6.0 ms of comm per step in the
+            # timed graph against 2.3 real, session 28). Pairs only: two operands reduce to the same
+            # bits in either order, so the values stay the capture's; a larger group's reduction
+            # order is prism's ring's, the one the recorded data holds.
+            self._real = PassthroughEngine(cuda_backend="gloo", timeout_s=timeout_s)
         self._real_groups: set[str] = set()
         self._connect_groups = frozenset(connect_groups or ())
         self._lazy: list[str] = []
@@ -250,25 +258,33 @@ class LiveEngine(CommEngine):
 
     def create_group(self, group: GroupHandle, store: object) -> None:
         self._group_ranks[group.group_id] = group.group_rank
+        if self._real is not None and self._runs_real(group):
+            self._real.create_group(group, store)
+            self._real_groups.add(group.group_id)
+            return
         if self._lanes is None:
             if group.size > 1 and group.group_id in self._connect_groups:
                 with untracked():
                     self._transport(group, at_creation=True)
             return
-        # Sizes 1 included: a mesh dimension of size 1 is a one-rank NCCL communicator in the real
-        # job (its all-reduce is a device copy at most), not a trip through host memory.
-        if self._real is not None and all(r in self.sandbox for r in group.ranks):
-            self._real.create_group(group, store)
-            self._real_groups.add(group.group_id)
-        elif self._lanes.has_vranks(group.group_id):
+        if self._lanes.has_vranks(group.group_id):
             self._lanes.open_group(group.group_id)
 
+    def _runs_real(self, group: GroupHandle) -> bool:
+        """Whether the group's ops run on the real backend: every member a sandbox rank; on a device
+        path any size (1 included: a mesh dimension of size 1 is a one-rank NCCL communicator in
+        the real job, its all-reduce a device copy at most, not a trip through host memory), on the
+        host path pairs only (see ``__init__``)."""
+        if not all(r in self.sandbox for r in group.ranks):
+            return False
+        return self._lanes is not None or group.size == 2
+
     def submit(self, request: CommRequest) -> torch.futures.Future:
+        if request.group.group_id in self._real_groups:
+            future = self._real.submit(request)
+            self._first_done()
+            return future
         if self._lanes is not None:
-            if request.group.group_id in self._real_groups:
-                future = self._real.submit(request)
-                self._first_done()
-                return future
             if (lane := self._lanes.lane_for(request)) is not None:
                 future = self._lanes.submit(request, lane)
                 self._first_done()

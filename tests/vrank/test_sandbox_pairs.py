@@ -1,0 +1,47 @@
+"""A pair of sandbox ranks with no vrank beside them (a group of two, all sandbox) runs its ops on a
+real gloo group on the host path, as the device paths do for every group of sandbox ranks: the
+job's own op on the job's own links, not prism's ring steps in Python, whose per-step cost a
+calibration slice would otherwise measure as the pair's transfer (session 28: tp-sleep's timed
+graph held 6.0 ms of comm per step against 2.3 ms real). Two operands reduce to the same bits in
+either order, so the values stay the capture's."""
+
+import json
+import shutil
+
+import pytest
+
+from prism.core.rundir import RunDir
+from prism.vrank_replayer import EmulateOptions, capture_job, emulate
+
+pytestmark = pytest.mark.timeout(600)
+
+SANDBOX = (2, 3)
+"""examples/tp at W=8 is dp 4 × tp 2: {2, 3} is a tp group; its dp groups have vranks."""
+
+
+@pytest.fixture(scope="module")
+def tp_run(recorded_example, tmp_path_factory):
+    _, graph = recorded_example("tp")
+    src = recorded_example.run_dir("tp")
+    run = tmp_path_factory.mktemp("tp-pair")
+    shutil.copy(src / "job.yaml", run / "job.yaml")
+    shutil.copytree(src / "graph", run / "graph")
+    capture = capture_job(RunDir(run).load_job(), run, derive_for=SANDBOX, timeout_s=600)
+    return run, graph, capture
+
+
+def test_a_tp_pair_runs_on_gloo_and_keeps_the_captured_values(tp_run):
+    run, real, capture = tp_run
+    result = emulate(run, EmulateOptions(ranks=SANDBOX, timeout_s=300, device_path="host"))
+    for r in SANDBOX:
+        got = result.ranks[r]
+        comm = real.comm_nodes(r)
+        pair_ops = [n for n in comm if set(real.groups[n.group_id].ranks) == set(SANDBOX)]
+        assert len(pair_ops) >= 4 * len(real.summaries[r].losses)  # tp's all-reduces, and its set-up
+        # Only the ops of groups with vranks went through prism's pruned path.
+        assert got.num_ops == len(comm) - len(pair_ops)
+        assert got.diverged_ops == ()
+        captured = json.loads((capture / "workers" / f"rank-{r:05d}.live.json").read_text())["losses"]
+        assert captured and [repr(x) for x in got.losses] == [repr(x) for x in captured]
+    (rep,) = result.replayers
+    assert rep.num_ops == sum(got.num_ops for got in result.ranks.values())
