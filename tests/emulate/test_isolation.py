@@ -18,6 +18,8 @@ from prism.graph.records import CommOp
 from prism.sandbox.recording import record_job
 from prism.core.errors import RankFailedError
 from prism.core.isolation import outside_writes
+from prism.core.rundir import RunDir
+from prism.graph.io import read_graph
 from prism.vrank_replayer import EmulateOptions, capture_job, emulate
 from prism.vrank_replayer.calibrate_run import calibrate_run
 from tests.conftest import ASSETS
@@ -111,10 +113,31 @@ def run_with_data_of_another_size(tmp_path_factory):
     return run
 
 
-def test_a_recorded_input_of_another_size_is_a_divergence_when_every_member_is_real(run_with_data_of_another_size):
-    # Every member of the group real (a calibration slice): the ops run, flagged as diverged.
+@pytest.fixture(scope="module")
+def run3_with_data_of_another_size(tmp_path_factory):
+    job = dataclasses.replace(load_job(ASSETS / "jobs" / "resume2" / "job.yaml"), world_size=3)
+    run = tmp_path_factory.mktemp("another-size-3") / "run"
+    record_job(dataclasses.replace(job, env={"NUMEL": "16384"}), run)
+    capture_job(dataclasses.replace(job, env={"NUMEL": "4"}), run, derive_for=(0, 1, 2), timeout_s=240)
+    return run
+
+
+def test_a_recorded_input_of_another_size_is_a_divergence_when_every_member_is_real(run3_with_data_of_another_size):
+    # Every member of a group of three real (a calibration slice): prism's ring runs the ops,
+    # flagged as diverged.
+    every = emulate(run3_with_data_of_another_size, EmulateOptions(ranks=(0, 1, 2), timeout_s=240))
+    assert any(op.startswith("all_reduce ") for op in every.ranks[0].diverged_ops)
+
+
+def test_a_pair_of_real_ranks_runs_the_jobs_own_ops_and_reads_no_recorded_data(run_with_data_of_another_size):
+    # Both members of a pair real: their group runs on gloo as in the real run (docs/emulate.md,
+    # "Pairs of real ranks run the real backend"), so the data recorded by another path is not
+    # read, and the losses are the recorded run's own.
     both = emulate(run_with_data_of_another_size, EmulateOptions(ranks=(0, 1), timeout_s=240))
-    assert any(op.startswith("all_reduce ") for op in both.ranks[0].diverged_ops)
+    real = read_graph(RunDir(run_with_data_of_another_size).graph_dir("real"))
+    for r in (0, 1):
+        assert both.ranks[r].num_ops == 0  # none through prism's pruned ring
+        assert [repr(x) for x in both.ranks[r].losses] == [repr(x) for x in real.summaries[r].losses]
 
 
 @pytest.mark.parametrize("device_path", ["host", "lanes"])

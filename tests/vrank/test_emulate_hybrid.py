@@ -12,9 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from prism.core.errors import IntegrityError, RankFailedError
-from prism.core.rundir import RunDir
 from prism.nccl_patches.recorded_store import recorded_dir
-from prism.vrank_replayer import EmulateOptions, capture_job, emulate
+from prism.vrank_replayer import EmulateOptions, emulate
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -22,16 +21,10 @@ SANDBOX = (2, 5)
 
 
 @pytest.fixture(scope="module")
-def hybrid_run(recorded_example, tmp_path_factory):
+def hybrid_run(captured_example):
     """A run directory with the real graph of hybrid and the recorded data of ranks {2, 5},
     derived from a capture run."""
-    _, graph = recorded_example("hybrid")
-    src = recorded_example.run_dir("hybrid")
-    run = tmp_path_factory.mktemp("hybrid-vrank")
-    shutil.copy(src / "job.yaml", run / "job.yaml")
-    shutil.copytree(src / "graph", run / "graph")
-    capture = capture_job(RunDir(run).load_job(), run, derive_for=SANDBOX, timeout_s=600)
-    return run, graph, capture
+    return captured_example("hybrid", SANDBOX)
 
 
 def _bits(t):

@@ -6,12 +6,10 @@ graph held 6.0 ms of comm per step against 2.3 ms real). Two operands reduce to 
 either order, so the values stay the capture's."""
 
 import json
-import shutil
 
 import pytest
 
-from prism.core.rundir import RunDir
-from prism.vrank_replayer import EmulateOptions, capture_job, emulate
+from prism.vrank_replayer import EmulateOptions, emulate
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -19,19 +17,8 @@ SANDBOX = (2, 3)
 """examples/tp at W=8 is dp 4 × tp 2: {2, 3} is a tp group; its dp groups have vranks."""
 
 
-@pytest.fixture(scope="module")
-def tp_run(recorded_example, tmp_path_factory):
-    _, graph = recorded_example("tp")
-    src = recorded_example.run_dir("tp")
-    run = tmp_path_factory.mktemp("tp-pair")
-    shutil.copy(src / "job.yaml", run / "job.yaml")
-    shutil.copytree(src / "graph", run / "graph")
-    capture = capture_job(RunDir(run).load_job(), run, derive_for=SANDBOX, timeout_s=600)
-    return run, graph, capture
-
-
-def test_a_tp_pair_runs_on_gloo_and_keeps_the_captured_values(tp_run):
-    run, real, capture = tp_run
+def test_a_tp_pair_runs_on_gloo_and_keeps_the_captured_values(captured_example):
+    run, real, capture = captured_example("tp", SANDBOX)
     result = emulate(run, EmulateOptions(ranks=SANDBOX, timeout_s=300, device_path="host"))
     for r in SANDBOX:
         got = result.ranks[r]
