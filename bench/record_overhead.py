@@ -107,7 +107,7 @@ def _steps(step_dir: Path, warmup: int) -> tuple[list[float], list[float], dict[
     """(wall ms, CPU ms) of every measured step of every rank the probe saw: a step is the time
     between two consecutive optimizer step ends; the first ``warmup`` and the last one (ranks
     start leaving) are dropped. With the per-thread probe (``--threads``) also each kind of
-    thread's CPU ms per measured step, the median over the ranks (else an empty dict)."""
+    thread's CPU ms per measured step, the median over the ranks that have it (else an empty dict)."""
     wall, cpu = [], []
     per_thread: dict[str, list[float]] = {}
     # A two-pass record's memory pass is not the recorded run.

@@ -3,7 +3,9 @@
 Every op becomes one pruned collective per tensor (:func:`~prism.nccl_patches.vplan.op_parts`),
 run with :func:`~prism.nccl_patches.run_sandbox_side` over the transport of the op's group. The
 transport of a group connects its sandbox members and, when it has vranks, the replayer that
-hosts them (:func:`~prism.nccl_patches.vplan.endpoint_plan`); sandbox members talk directly. In an
+hosts them (:func:`~prism.nccl_patches.vplan.endpoint_plan`); sandbox members talk directly. A
+group of two sandbox ranks and no vrank runs on a real gloo group instead (``passthrough``; outside
+a capture run), as the device paths run every group of sandbox ranks (``_runs_real``). In an
 emulation (``connect_groups``: the groups the graph shows this rank communicating on) a group's
 transport connects when the script creates the group, as ProcessGroupGloo connects in its
 constructor, so no measured step pays a connection the real run paid at start-up; groups that never
@@ -492,8 +494,9 @@ class LiveEngine(CommEngine):
     def _unusable_record(self, what: str, group: GroupHandle, data: torch.Tensor, recorded: torch.Tensor) -> None:
         """A recorded input of another size or dtype than the script's: the run that recorded the data
         took another path (a checkpoint it resumed from, other arguments or data). With every member
-        of the group real the op runs without the record, as a divergence; virtual members would
-        replay values of the wrong size, so the emulation stops, naming the op."""
+        of the group real (three or more: a pair runs on gloo and reads no record) the op runs
+        without the record, as a divergence; virtual members would replay values of the wrong size,
+        so the emulation stops, naming the op."""
         problem = recorded_on_another_path(what, describe(data.dtype, data.numel()),
                                            describe(recorded.dtype, recorded.numel()))
         if any(r not in self.sandbox for r in group.ranks):
