@@ -94,8 +94,7 @@ def example_job(name: str, steps: int, world: int = W):
             raise ValueError(f"--world {world}: {name}'s expert parallelism {shape['ep']} needs {shape['ep']} "
                              f"data-parallel ranks, not {dp}")
     job = load_job(ROOT / path)
-    parallelism = dataclasses.replace(job.parallelism, **{"dp": 1, "tp": 1, "pp": 1, "ep": 1, "cp": 1, **shape,
-                                                          "dp": dp})
+    parallelism = dataclasses.replace(job.parallelism, **{"tp": 1, "pp": 1, "ep": 1, "cp": 1, **shape, "dp": dp})
     return dataclasses.replace(job, args=("--steps", str(steps), *args), world_size=world, ranks_per_node=world,
                                parallelism=parallelism)
 

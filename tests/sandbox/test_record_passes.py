@@ -8,6 +8,7 @@ handed gloo non-owning aliases, such a tensor was still alive at the next alloca
 percent of the ops (bench/gloo_hold.py), and two tracked runs of this script disagreed by 256 B or
 1 KiB (#12)."""
 
+import dataclasses
 import textwrap
 
 import pytest
@@ -108,19 +109,11 @@ def test_with_prism_memory_rss_there_is_one_pass(job, tmp_path, monkeypatch):
     assert graph.summaries[0].memory_source == "cpu.peak_rss"
 
 
-def test_a_cpu_job_is_recorded_on_gloo_alone_where_gpus_are_present(tmp_path):
+def test_a_cpu_job_is_recorded_on_gloo_alone_where_gpus_are_present(job):
     """A CPU job's plain launch makes gloo groups only: on a GPU host its recording must not add a
     ProcessGroupNCCL (and its threads) to each group; a CUDA job keeps the backend asked for."""
-    cpu = load_job(_job_file(tmp_path, "cpu"))
-    cuda = load_job(_job_file(tmp_path, "cuda"))
-    assert cuda_backend_of(cpu, "nccl") == "gloo"
+    cpu, _ = job
+    cuda = dataclasses.replace(cpu, device="cuda")
+    assert cpu.device == "cpu" and cuda_backend_of(cpu, "nccl") == "gloo"
     assert cuda_backend_of(cuda, "nccl") == "nccl"
     assert cuda_backend_of(cuda, "gloo") == "gloo"
-
-
-def _job_file(tmp_path, device: str):
-    (tmp_path / "train.py").write_text("pass\n")
-    path = tmp_path / f"job-{device}.yaml"
-    path.write_text(yaml.safe_dump({"name": f"backend-{device}", "entrypoint": "train.py", "world_size": 2,
-                                    "device": device, "parallelism": {"dp": 2}}))
-    return path
