@@ -273,9 +273,11 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="real runs and emulations per case")
     p.add_argument("--calibration-repeats", type=int, default=1,
                    help="takes of the calibration slice (each node keeps its shortest)")
-    p.add_argument("--memory-pass", action="store_true",
-                   help="track the peaks in a separate untimed run of each real run and emulation (default: "
-                        "inline, one run each; the tracker's ~5 us per aten op is well under 1 %% of these steps)")
+    p.add_argument("--memory-inline", action="store_true",
+                   help="track the peaks in the timed runs themselves, one run each (default: a separate "
+                        "untimed run of each real run and emulation). The tracker costs ~10 us per aten op on the "
+                        "script's thread: fsdp2's ~1,050 ops per step made its real runs 15-20 %% slower on 16 "
+                        "cores, while the calibration slices that time the vranks run untracked")
     p.add_argument("--duet", action="store_true",
                    help="real runs and prism side by side on two halves of the cores, at the same time "
                         "(module docstring); compares with the real run of the change on the sandbox ranks only")
@@ -294,13 +296,13 @@ def main() -> None:
     if unknown := [n for n in names if n not in table]:
         raise SystemExit(f"--cases: {', '.join(unknown)} not among {job.name}'s cases ({', '.join(table)})")
     results = {}
-    settings = {"calibration_repeats": ns.calibration_repeats, "memory": "pass" if ns.memory_pass else "inline",
+    settings = {"calibration_repeats": ns.calibration_repeats, "memory": "inline" if ns.memory_inline else "pass",
                 "design": "duet" if ns.duet else "alternated"}
     halves = core_halves() if ns.duet else None
     with tempfile.TemporaryDirectory(prefix="prism-cfgwhatif-") as tmp:
         base = Path(ns.keep or tmp)
         run = base / "unchanged"
-        inline = not ns.memory_pass
+        inline = ns.memory_inline
         recorded = real_run(job, run, sandbox, inline)
         calibrate_run(run, slice_size=2, repeats=ns.calibration_repeats, timeout_s=600)
         for name in names:
