@@ -25,7 +25,10 @@ recording). When the change slows the sandbox, the two agree (DDP's step is its 
 when it speeds it up, only the sandbox-only run is what the emulation can show. Per case:
 ``--repeats`` real runs of each kind and emulations, alternated (the host's load drifts). Iteration time: per run the median of the
 sandbox rank's measured steps (after the warm-up), then the median over repeats. Peak memory: the
-tracked peak of the sandbox rank over the measured steps and over the whole run, each run's bytes.
+tracked peak of the sandbox rank over the measured steps and over the whole run, each run's bytes,
+from a separate untimed memory pass of each real run and emulation, so that every timed run (real,
+calibration slice, emulation) runs without the per-op tracker (``--memory-inline``: one run each,
+tracked; fine for a job of few aten ops per step, not for fsdp2's ~1,050).
 Also the sandbox rank's own compute per step (``compute_ms``: its compute spans, without waits),
 real and emulated: on a 2-core host the real job's ranks share the cores with each other, the
 emulated sandbox rank only with the replayer. The host's 1-minute load average is saved with each
