@@ -15,7 +15,7 @@ from prism.vrank_replayer.calibrate_run import CalibrateResult, calibrate_run, m
 
 from . import add_timeout_argument, non_negative_int, positive_int
 from .devices import add_device_arguments, device_options
-from .report import print_host_speed, print_no_steps
+from .report import print_host_speed, print_no_steps, print_tracked_recording
 
 HELP = "time the ranks slice by slice and calibrate the graph (RUN/graph/timed)"
 
@@ -80,6 +80,8 @@ def print_result(result: CalibrateResult, console: Console) -> None:
         console.print(f"timed graph: {result.timed_dir}")
     print_no_steps(_no_steps(result), console)
     print_host_speed([("across the slices", result.host_probe_ms)], console)
+    if result.real_timed_with_tracker:
+        print_tracked_recording(console)
 
 
 def run(args: argparse.Namespace) -> int:

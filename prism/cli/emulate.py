@@ -20,7 +20,7 @@ from prism.vrank_replayer.emulate_report import emulate_and_report
 
 from . import EXIT_OOM, add_timeout_argument, positive_int
 from .devices import add_device_arguments, device_options
-from .report import print_host_speed, print_no_steps
+from .report import print_host_speed, print_no_steps, print_tracked_recording
 
 HELP = "run some ranks for real, the rest as virtual ranks"
 
@@ -135,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
         ", profile/" if "profile_dir" in data else "")
     print_host_speed([("during the calibration", data.get("calibration_host_probe_ms", [])),
                       ("at this emulation", [data["host_probe_ms"]])], console)
+    if data.get("recorded_timed_with_tracker"):
+        print_tracked_recording(console)
     console.print(f"outputs: {report.out_dir} (report.json, timeline.json{extra})")
     print_no_steps([int(r) for r, row in sorted(data["ranks"].items(), key=lambda kv: int(kv[0]))
                     if not row.get("step_ms") and not row["oom"]], console)

@@ -14,7 +14,8 @@ from prism.core.host_speed import DRIFT_WARN, spread
 from prism.graph.records import Graph, NodeKind
 from prism.graph.steps import no_steps_message
 
-__all__ = ["print_run_table", "human_bytes", "ranks_without_steps", "print_no_steps", "print_host_speed"]
+__all__ = ["print_run_table", "human_bytes", "ranks_without_steps", "print_no_steps", "print_host_speed",
+           "print_tracked_recording"]
 
 
 def ranks_without_steps(graph: Graph) -> list[int]:
@@ -43,6 +44,14 @@ def print_host_speed(phases: Sequence[tuple[str, Sequence[float]]], console: Con
                       f"phases moved with it", highlight=False)
     else:
         console.print(line, highlight=False)
+
+
+def print_tracked_recording(console: Console) -> None:
+    """The warning for a real run whose steps were timed with the CPU memory tracker running."""
+    console.print("[bold yellow]warning:[/] the real run was recorded with the CPU memory tracker in its timed "
+                  "steps (--no-memory-pass): its step times include the tracker's cost per op (~5-10 µs per aten "
+                  "op), which calibration and emulation do not pay, so the error against it is not prism's; "
+                  "record the job again without --no-memory-pass to compare times", highlight=False)
 
 
 def human_bytes(n: float) -> str:

@@ -13,14 +13,22 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Mapping
 
 from prism.core.config import JobConfig
 
 from .records import RankRecord
 
-__all__ = ["PASS_ENV", "needs_memory_pass", "memory_pass_job", "timed_pass_job", "with_tracked_peaks"]
+__all__ = ["PASS_ENV", "SEPARATE_PASS", "TRACKED_INLINE", "needs_memory_pass", "memory_pass_job", "timed_pass_job",
+           "timed_with_tracker", "with_tracked_peaks"]
 
 PASS_ENV = "PRISM_RECORD_PASS"
+
+SEPARATE_PASS = "separate tracked pass"
+TRACKED_INLINE = "tracked inline"
+"""``graph.meta["memory"]`` of a recorded CPU run: its peaks came from a memory pass and its steps
+were timed without the tracker, or its steps were timed with the tracker running in every op
+(``prism record --no-memory-pass``; ``python -m prism.record`` unless ``PRISM_MEMORY=rss``)."""
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +37,13 @@ def needs_memory_pass(job: JobConfig) -> bool:
     """Whether ``job``'s peaks come from the per-op CPU tracker (which would slow a timed run)."""
     mode = job.env.get("PRISM_MEMORY", os.environ.get("PRISM_MEMORY", "tracked"))
     return job.device == "cpu" and mode == "tracked"
+
+
+def timed_with_tracker(meta: Mapping[str, str]) -> bool:
+    """Whether a recorded run's steps include the tracker's cost per op: calibration slices run
+    without it, so a comparison of their times with this run's reads that cost as an error
+    (fsdp2 at W=4 on 16 cores: 219 ms per step tracked against 178-181 untracked)."""
+    return meta.get("memory") == TRACKED_INLINE
 
 
 def memory_pass_job(job: JobConfig) -> JobConfig:

@@ -28,7 +28,14 @@ from prism.core.errors import HangError, MismatchError, PrismError, RankFailedEr
 from prism.core.isolation import isolated_run
 from prism.core.rundir import RunDir
 from prism.graph.io import write_graph
-from prism.graph.memory_pass import memory_pass_job, needs_memory_pass, timed_pass_job, with_tracked_peaks
+from prism.graph.memory_pass import (
+    SEPARATE_PASS,
+    TRACKED_INLINE,
+    memory_pass_job,
+    needs_memory_pass,
+    timed_pass_job,
+    with_tracked_peaks,
+)
 from prism.graph.records import Graph, RankRecord
 
 from .launch import LaunchOptions, assemble_graph, launch_ranks
@@ -100,7 +107,9 @@ def record_job(
                        tracked)]
     graph = assemble_graph(job, records, kind="real")
     if memory_pass:
-        graph.meta["memory"] = "separate tracked pass"
+        graph.meta["memory"] = SEPARATE_PASS
+    elif needs_memory_pass(job):
+        graph.meta["memory"] = TRACKED_INLINE  # its step times include the tracker's cost per op
     write_graph(graph, run.graph_dir("real"))
     log.info("recorded %d ranks of %s into %s", job.world_size, job.name, run.graph_dir("real"))
     return graph

@@ -49,6 +49,7 @@ from prism.core.host_speed import format_probes, probe_ms
 from prism.core.rundir import RunDir
 from prism.core.workerspec import record_path
 from prism.graph.io import read_graph, write_graph
+from prism.graph.memory_pass import timed_with_tracker
 from prism.graph.records import Graph, Node, RankSummary
 from prism.nccl_patches.algorithms import policy_from_env
 from prism.nccl_patches.recorded_store import derive_from_capture, recorded_dir
@@ -79,6 +80,9 @@ class CalibrateResult:
     wall_s: float
     host_probe_ms: tuple[float, ...] = ()
     """The host's speed before the first slice and after each (prism.core.host_speed)."""
+    real_timed_with_tracker: bool = False
+    """The real run's steps include the CPU memory tracker's cost (``prism record --no-memory-pass``),
+    which the slices do not have (:func:`~prism.graph.memory_pass.timed_with_tracker`)."""
 
 
 def structure_kind(run: RunDir) -> str:
@@ -197,7 +201,8 @@ def calibrate_run(
     return CalibrateResult(report=report, slices=tuple(results), structure=kind,
                            real_steps_ns=measured_steps_ns(real) if real else {},
                            timed_dir=run.graph_dir("timed"), wall_s=time.time() - started,
-                           host_probe_ms=tuple(probes))
+                           host_probe_ms=tuple(probes),
+                           real_timed_with_tracker=real is not None and timed_with_tracker(real.meta))
 
 
 def mean_measured_ns(steps: tuple[int, ...], skip: int) -> float:

@@ -30,6 +30,7 @@ from prism.core.whatif import SandboxChange
 from prism.core.workerspec import record_path
 from prism.graph.export import to_chrome_trace, write_chrome_trace
 from prism.graph.io import read_graph
+from prism.graph.memory_pass import timed_with_tracker
 from prism.graph.records import Graph, GroupInfo, Node, NodeKind
 
 from .calibrate_run import ensure_recorded
@@ -95,11 +96,12 @@ def _view(row: dict) -> dict:
     return {k: row[k] for k in keys if k in row}
 
 
-def _recorded(run: RunDir, ranks, skip: int, steps: int | None) -> dict:
-    """The recorded (real) run's view of the sandbox ranks, when RUN/graph/real exists."""
+def _recorded(run: RunDir, ranks, skip: int, steps: int | None) -> tuple[dict, bool]:
+    """The recorded (real) run's view of the sandbox ranks, when RUN/graph/real exists, and whether
+    its steps were timed with the CPU memory tracker running (``timed_with_tracker``)."""
     real_dir = run.graph_dir("real")
     if not (real_dir / "manifest.pb").is_file():
-        return {}
+        return {}, False
     real = read_graph(real_dir)
     out = {}
     for r in ranks:
@@ -112,7 +114,7 @@ def _recorded(run: RunDir, ranks, skip: int, steps: int | None) -> dict:
                    measured_peak_memory_bytes=summary.measured_peak_memory_bytes,
                    peak_memory_bytes=summary.peak_memory_bytes)
         out[str(r)] = _view(row)
-    return out
+    return out, timed_with_tracker(real.meta)
 
 
 def _router(run: RunDir, out: Path, ranks, world_size: int) -> dict:
@@ -322,9 +324,11 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
         data["ranks"][str(r)] = row
     if job.moe_router is not None:
         data["moe_router"] = _router(run, out, ranks, job.world_size)
-    recorded = _recorded(run, ranks, skip, options.steps)
+    recorded, tracked = _recorded(run, ranks, skip, options.steps)
     if recorded:
         data["recorded"] = recorded
+    if tracked:
+        data["recorded_timed_with_tracker"] = True
     if failure is not None:
         data["failed"] = {"rank": failure.rank, "oom": True, "oom_ranks": sorted(ooms)}
     if result is not None:

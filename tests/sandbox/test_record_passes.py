@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from prism.core.config import load_job
-from prism.graph.memory_pass import PASS_ENV
+from prism.graph.memory_pass import PASS_ENV, SEPARATE_PASS, TRACKED_INLINE, timed_with_tracker
 from prism.sandbox.recording import cuda_backend_of, record_job
 
 pytestmark = pytest.mark.timeout(120)
@@ -97,7 +97,10 @@ def test_the_timed_pass_runs_without_a_dispatch_mode_and_keeps_the_tracked_peaks
         assert held_temporaries(a.measured_peak_memory_bytes, b.measured_peak_memory_bytes)
         assert a.measured_peak_memory_bytes > 0 and a.peak_memory_bytes >= a.measured_peak_memory_bytes
         assert len(a.step_times_ns) == 3 and a.losses == b.losses
-    assert two.meta.get("memory") == "separate tracked pass"
+    # A run whose steps were timed with the tracker says so: calibrate and emulate warn before
+    # comparing their times with it (the slices run untracked).
+    assert (two.meta.get("memory"), one.meta.get("memory")) == (SEPARATE_PASS, TRACKED_INLINE)
+    assert not timed_with_tracker(two.meta) and timed_with_tracker(one.meta)
     assert [n.is_comm for n in two.nodes[0]].count(True) == [n.is_comm for n in one.nodes[0]].count(True)
 
 
@@ -107,6 +110,7 @@ def test_with_prism_memory_rss_there_is_one_pass(job, tmp_path, monkeypatch):
     graph = record_job(job, tmp_path / "rss", timeout_s=60)
     assert sorted(p.name for p in out.iterdir()) == ["single-0.json", "single-1.json"]
     assert graph.summaries[0].memory_source == "cpu.peak_rss"
+    assert not timed_with_tracker(graph.meta), "no tracker ran: the steps are the plain job's"
 
 
 def test_a_cpu_job_is_recorded_on_gloo_alone_where_gpus_are_present(job):
