@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("PRISM_LOG_LEVEL", "WARNING"))
 
     from prism.graph.io import write_graph
+    from prism.graph.memory_pass import TRACKED_INLINE, needs_memory_pass
     from prism.sandbox.launch import assemble_graph
     from prism.sandbox.worker import run_rank
 
@@ -151,7 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(0.05)
     run.save_job(job)
     records = [pickle.loads(record_path(ranks_dir, r).read_bytes()) for r in range(world)]
-    write_graph(assemble_graph(job, records, kind="real"), run.graph_dir("real"))
+    graph = assemble_graph(job, records, kind="real")
+    if needs_memory_pass(job):  # one run, the tracker in its steps (docs/timing.md)
+        graph.meta["memory"] = TRACKED_INLINE
+    write_graph(graph, run.graph_dir("real"))
     log.warning("prism.record: wrote %s", run.graph_dir("real"))
     return 0
 

@@ -28,7 +28,7 @@ SEPARATE_PASS = "separate tracked pass"
 TRACKED_INLINE = "tracked inline"
 """``graph.meta["memory"]`` of a recorded CPU run: its peaks came from a memory pass and its steps
 were timed without the tracker, or its steps were timed with the tracker running in every op
-(``prism record --no-memory-pass``; ``python -m prism.record`` unless ``PRISM_MEMORY=rss``)."""
+(``prism record --no-memory-pass``; ``python -m prism.record``, one run, unless ``PRISM_MEMORY=rss``)."""
 
 log = logging.getLogger(__name__)
 
