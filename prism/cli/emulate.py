@@ -20,7 +20,7 @@ from prism.vrank_replayer.emulate_report import emulate_and_report
 
 from . import EXIT_OOM, add_timeout_argument, positive_int
 from .devices import add_device_arguments, device_options
-from .report import print_host_speed, print_no_steps, print_tracked_recording
+from .report import print_host_speed, print_no_steps, print_tracked_recording, print_tracked_sandbox
 
 HELP = "run some ranks for real, the rest as virtual ranks"
 
@@ -137,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
                       ("at this emulation", [data["host_probe_ms"]])], console)
     if data.get("recorded_timed_with_tracker"):
         print_tracked_recording(console)
+    if data.get("sandbox_timed_with_tracker"):
+        print_tracked_sandbox(console)
     console.print(f"outputs: {report.out_dir} (report.json, timeline.json{extra})")
     print_no_steps([int(r) for r, row in sorted(data["ranks"].items(), key=lambda kv: int(kv[0]))
                     if not row.get("step_ms") and not row["oom"]], console)

@@ -15,7 +15,7 @@ from prism.graph.records import Graph, NodeKind
 from prism.graph.steps import no_steps_message
 
 __all__ = ["print_run_table", "human_bytes", "ranks_without_steps", "print_no_steps", "print_host_speed",
-           "print_tracked_recording"]
+           "print_tracked_recording", "print_tracked_sandbox"]
 
 
 def ranks_without_steps(graph: Graph) -> list[int]:
@@ -52,6 +52,14 @@ def print_tracked_recording(console: Console) -> None:
                   "steps (--no-memory-pass): its step times include the tracker's cost per op (~5-10 µs per aten "
                   "op), which calibration and emulation do not pay, so the error against it is not prism's; "
                   "record the job again without --no-memory-pass to compare times", highlight=False)
+
+
+def print_tracked_sandbox(console: Console) -> None:
+    """The warning for an emulation whose sandbox ranks were timed with the CPU memory tracker."""
+    console.print("[bold yellow]warning:[/] the sandbox ranks ran with the CPU memory tracker in their timed steps "
+                  "(--no-memory-pass, or a memory cap, which must fail at the real run's allocation): their step "
+                  "times include its cost per op (~5-10 µs per aten op), the vranks' calibrated times do not",
+                  highlight=False)
 
 
 def human_bytes(n: float) -> str:

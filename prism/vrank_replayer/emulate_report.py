@@ -34,7 +34,7 @@ from prism.graph.memory_pass import timed_with_tracker
 from prism.graph.records import Graph, GroupInfo, Node, NodeKind
 
 from .calibrate_run import ensure_recorded
-from .launch import PROFILE_DIR, EmulateOptions, EmulateResult, emulate
+from .launch import PROFILE_DIR, EmulateOptions, EmulateResult, emulate, timed_run_tracked
 from .replayer import cosim_timeline_path
 
 __all__ = ["EmulationReport", "emulate_and_report", "emulation_graph", "load_emulation", "idle_fraction",
@@ -329,6 +329,8 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
         data["recorded"] = recorded
     if tracked:
         data["recorded_timed_with_tracker"] = True
+    if timed is not None and timed_run_tracked(dataclasses.replace(job, memory_cap_bytes=cap), options):
+        data["sandbox_timed_with_tracker"] = True
     if failure is not None:
         data["failed"] = {"rank": failure.rank, "oom": True, "oom_ranks": sorted(ooms)}
     if result is not None:

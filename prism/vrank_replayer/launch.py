@@ -62,6 +62,7 @@ __all__ = [
     "emulate",
     "capture_job",
     "with_steps",
+    "timed_run_tracked",
     "PROFILE_DIR",
 ]
 
@@ -314,7 +315,7 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     if options.memory not in ("pass", "inline", "untracked"):
         raise ValueError(f"EmulateOptions.memory must be pass, inline or untracked, got {options.memory!r}")
     # A cap must fail at the same allocation as in the real run: tracked, in the one pass.
-    if not needs_memory_pass(job) or job.memory_cap_bytes or options.memory == "inline":
+    if not needs_memory_pass(job) or timed_run_tracked(job, options):
         return once(job, options, out)
     if options.memory == "untracked":
         return once(timed_pass_job(job), options, out)
@@ -330,6 +331,14 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
             timed = pickle.load(f)  # noqa: S301
         atomic_write_bytes(record_path(out, r), pickle.dumps(with_tracked_peaks(timed, tracked)))
     return result
+
+
+def timed_run_tracked(job: JobConfig, options: EmulateOptions) -> bool:
+    """Whether an emulation's timed run is also its tracked one: a CPU job whose peaks come from the
+    per-op tracker, run with ``memory="inline"`` or under a cap (which must fail at the real run's
+    allocation). Its sandbox ranks' steps then pay the tracker's cost per op, which the untracked
+    calibration slices that time the vranks did not."""
+    return needs_memory_pass(job) and (bool(job.memory_cap_bytes) or options.memory == "inline")
 
 
 def _emulate_once(run: RunDir, job: JobConfig, options: EmulateOptions, out: Path, *, ranks: tuple[int, ...],

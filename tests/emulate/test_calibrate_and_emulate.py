@@ -63,6 +63,7 @@ def test_calibrate_writes_a_timed_graph_close_to_the_real_run(calibrated):
     # the host timed before the first slice and after each, kept in the timed graph
     assert len(result.host_probe_ms) == 3 and all(p > 0 for p in result.host_probe_ms)
     assert timed.meta["host_probe_ms"] == ",".join(f"{p:.3f}" for p in result.host_probe_ms)
+    assert not result.real_timed_with_tracker  # recorded in two passes: its steps ran untracked
     for rank, rc in result.report.ranks.items():
         real_ms = measured_ms(real, rank)
         # slices alone cannot see the pipeline's waits; calibration brings them back
@@ -75,6 +76,8 @@ def test_emulate_on_the_timed_clock_reports_times_memory_and_a_timeline(calibrat
     report = emulate_and_report(run, EmulateOptions(ranks=SANDBOX, timeout_s=300))
     data = json.loads((report.out_dir / "report.json").read_text())
     assert data["clock"] == "timed" and data["sandbox_ranks"] == list(SANDBOX)
+    # both timed runs untracked (two passes each): no warning about the tracker's cost
+    assert "recorded_timed_with_tracker" not in data and "sandbox_timed_with_tracker" not in data
     assert data["host_probe_ms"] > 0 and len(data["calibration_host_probe_ms"]) == 3
     assert data["host_speed_vs_calibration"] == pytest.approx(
         data["host_probe_ms"] / statistics.median(data["calibration_host_probe_ms"]) - 1)

@@ -137,6 +137,7 @@ def test_fsdp2_the_emulated_rank_has_the_real_changed_runs_peaks_and_ops(fsdp2_u
     data = json.loads((report.out_dir / "report.json").read_text())
     row = data["ranks"][str(SANDBOX)]
     assert data["recorded_timed_with_tracker"] is True  # `prism emulate` warns before its "vs recorded"
+    assert data["sandbox_timed_with_tracker"] is True  # memory="inline": and that its own steps paid it too
     real = record_job(dataclasses.replace(fsdp2_job(), env=knob), tmp_path / "real", timeout_s=100,
                       memory_pass=False)
     # FSDP2 gathers a block's parameters once for its backward with or without recomputation: the
