@@ -57,8 +57,8 @@ def print_tracked_recording(console: Console) -> None:
 def print_tracked_sandbox(console: Console) -> None:
     """The warning for an emulation whose sandbox ranks were timed with the CPU memory tracker."""
     console.print("[bold yellow]warning:[/] the sandbox ranks ran with the CPU memory tracker in their timed steps "
-                  "(--no-memory-pass, or a memory cap, which must fail at the real run's allocation): their step "
-                  "times include its cost per op (~5-10 µs per aten op), the vranks' calibrated times do not",
+                  "(--no-memory-pass): their step times include its cost per op (~5-10 µs per aten op), the "
+                  "vranks' calibrated times do not; emulate without --no-memory-pass to time them untracked",
                   highlight=False)
 
 

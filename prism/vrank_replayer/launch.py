@@ -24,6 +24,7 @@ import json
 import logging
 import math
 import pickle
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -34,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from prism.core.config import JobConfig
-from prism.core.errors import PrismError, RankFailedError, RunDirError
+from prism.core.errors import PrismError, RankFailedError, RankOOMError, RunDirError
 from prism.core.hangwatch import HangWatcher, rank_timeout_s
 from prism.core.hosts import reachable_host
 from prism.core.isolation import Workspace, isolated_run
@@ -107,9 +108,10 @@ class EmulateOptions:
     """GPU jobs: run the sandbox ranks and replayers under a private CUDA MPS server
     (prism.core.mps), so processes sharing a GPU (the ``ipc`` path) are not time-sliced."""
     memory: str = "pass"
-    """CPU jobs with tracked peaks and no memory cap. ``pass``: the peaks come from a second,
-    untimed emulation (``<out>/memory-pass``) and the timed one runs without the per-op tracker
-    (prism.graph.memory_pass); ``inline``: one emulation, tracked and timed (the tracker's ~5 µs
+    """CPU jobs with tracked peaks. ``pass``: the peaks come from a second, untimed emulation
+    (``<out>/memory-pass``) and the timed one runs without the per-op tracker
+    (prism.graph.memory_pass); with a memory cap the tracked one runs first and a rank above the
+    cap fails there (then it is the result); ``inline``: one emulation, tracked and timed (the tracker's ~5 µs
     per aten op in every step); ``untracked``: one emulation without the tracker (RSS peaks: for
     runs that only time, such as calibration slices)."""
     phase: str = ""
@@ -314,16 +316,28 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     once = functools.partial(_emulate_once, run, ranks=ranks, kind=kind, recorded=recorded, layout=layout)
     if options.memory not in ("pass", "inline", "untracked"):
         raise ValueError(f"EmulateOptions.memory must be pass, inline or untracked, got {options.memory!r}")
-    # A cap must fail at the same allocation as in the real run: tracked, in the one pass.
     if not needs_memory_pass(job) or timed_run_tracked(job, options):
         return once(job, options, out)
     if options.memory == "untracked":
         return once(timed_pass_job(job), options, out)
-    # The timed pass first: a failing script fails there, with its logs where they always were.
-    result = once(timed_pass_job(job), options, out)
     memory_out = out / MEMORY_PASS_DIR
-    once(memory_pass_job(job), dataclasses.replace(options, capture_dir="", profile=False,
-                                                 phase=options.phase and options.phase + "-memory-pass"), memory_out)
+    memory_options = dataclasses.replace(options, capture_dir="", profile=False,
+                                         phase=options.phase and options.phase + "-memory-pass")
+    if job.memory_cap_bytes:
+        # The tracker enforces the cap, so the tracked pass runs first: a rank above it fails there,
+        # at the real run's allocation (as `prism record --memory-cap` does), and that pass is the
+        # emulation's result. A run that fits is then timed untracked, like the slices that time
+        # its vranks; its allocations are the tracked pass's, so it cannot exceed the cap.
+        try:
+            once(memory_pass_job(job), dataclasses.replace(memory_options, profile=options.profile), memory_out)
+        except RankOOMError:
+            _promote(memory_out, out)
+            raise
+        result = once(timed_pass_job(job), options, out)
+    else:
+        # The timed pass first: a failing script fails there, with its logs where they always were.
+        result = once(timed_pass_job(job), options, out)
+        once(memory_pass_job(job), memory_options, memory_out)
     for r in ranks:
         with record_path(memory_out, r).open("rb") as f:
             tracked = pickle.load(f)  # noqa: S301 - our own worker's output
@@ -335,10 +349,21 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
 
 def timed_run_tracked(job: JobConfig, options: EmulateOptions) -> bool:
     """Whether an emulation's timed run is also its tracked one: a CPU job whose peaks come from the
-    per-op tracker, run with ``memory="inline"`` or under a cap (which must fail at the real run's
-    allocation). Its sandbox ranks' steps then pay the tracker's cost per op, which the untracked
-    calibration slices that time the vranks did not."""
-    return needs_memory_pass(job) and (bool(job.memory_cap_bytes) or options.memory == "inline")
+    per-op tracker, run with ``memory="inline"``. Its sandbox ranks' steps then pay the tracker's
+    cost per op, which the untracked calibration slices that time the vranks did not. (A capped
+    job is tracked first and timed in a second, untracked pass.)"""
+    return needs_memory_pass(job) and options.memory == "inline"
+
+
+def _promote(memory_out: Path, out: Path) -> None:
+    """A capped emulation that ran out of memory in its tracked pass: that pass is the result, so
+    its records, logs and errors move up into ``out``, where the report reads them."""
+    for entry in memory_out.iterdir():
+        target = out / entry.name
+        if target.is_dir():
+            shutil.rmtree(target)
+        entry.replace(target)
+    memory_out.rmdir()
 
 
 def _emulate_once(run: RunDir, job: JobConfig, options: EmulateOptions, out: Path, *, ranks: tuple[int, ...],

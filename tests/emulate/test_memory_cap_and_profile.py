@@ -5,7 +5,8 @@ activations, not the model built at start-up, set each rank's peak).
 With a cap between the highest tracked peak of the uncapped real run and the second highest, the
 real run (``prism record --memory-cap``) stops with exactly the top rank out of memory, at a step
 and an allocation that an emulation of that rank alone, with the same cap, reproduces; a rank
-under the cap emulates to the end with the real run's peak. ``--profile`` leaves torch.profiler's
+under the cap emulates to the end with the real run's peak, its steps timed in a second pass
+without the tracker that enforced the cap. ``--profile`` leaves torch.profiler's
 Chrome trace per sandbox rank, with the script's ops and prism's comm track."""
 
 import json
@@ -83,6 +84,9 @@ def test_the_rank_above_the_cap_oom_in_the_real_run_and_in_its_emulation_at_the_
     assert len(row["step_ms"]) == real_oom["step"]  # the steps it finished before it ran out
     # the profile of the failed rank is kept too: it shows where it stopped
     assert (emulation_dir(run, top) / "profile" / f"rank{top}.json").is_file()
+    # the OOM came from the tracked pass, which ran first; its outputs are the emulation's own
+    assert not (emulation_dir(run, top) / "memory-pass").exists()
+    assert (emulation_dir(run, top) / "logs").is_dir()
 
 
 def test_a_rank_under_the_cap_emulates_to_the_end_with_the_real_peak_and_a_profile(pipeline, run_prism):
@@ -94,9 +98,13 @@ def test_a_rank_under_the_cap_emulates_to_the_end_with_the_real_peak_and_a_profi
                     timeout=400)
     assert emu.returncode == 0, emu.stderr[-3000:]
     out = emulation_dir(run, rank)
-    row = json.loads((out / "report.json").read_text())["ranks"][str(rank)]
+    report = json.loads((out / "report.json").read_text())
+    row = report["ranks"][str(rank)]
     assert row["oom"] is False and len(row["step_ms"]) == 2
     assert row["peak_memory_bytes"] == peaks[rank] < cap
+    # the cap held in a tracked pass; the steps were timed in an untracked one, as the slices are
+    assert (out / "memory-pass").is_dir()
+    assert "sandbox_timed_with_tracker" not in report
 
     trace = json.loads((out / "profile" / f"rank{rank}.json").read_text())
     assert trace["distributedInfo"] == {"backend": "prism", "rank": rank, "world_size": 8}
