@@ -26,6 +26,7 @@ record / plain − 1, for wall and for CPU time.
     python bench/record_overhead.py --examples ddp-sleep moe-sleep pp-sleep   # sleep compute, ≥ 50 ms steps
     PRISM_MEMORY=rss python bench/record_overhead.py     # without the tracked CPU peak (its share)
     python bench/record_overhead.py --examples tp-sleep --threads   # + CPU ms/step per kind of thread
+    python bench/record_overhead.py --examples tp-sleep --record-env PRISM_OPWATCH=0   # + record without the op publisher
 
 JSON goes to ``--out`` (default bench/results/record_overhead.json).
 """
@@ -143,12 +144,14 @@ def plain_run(job, warmup: int, timeout_s: float) -> tuple[float, float, dict[st
     return statistics.median(wall), statistics.median(cpu), threads
 
 
-def record_run(job, warmup: int, timeout_s: float, tree: Path = ROOT) -> tuple[float, float, dict[str, float]]:
-    """As :func:`plain_run`, under ``prism record`` of the prism in ``tree`` (all ranks)."""
+def record_run(job, warmup: int, timeout_s: float, tree: Path = ROOT,
+               extra_env: dict[str, str] | None = None) -> tuple[float, float, dict[str, float]]:
+    """As :func:`plain_run`, under ``prism record`` of the prism in ``tree`` (all ranks), with
+    ``extra_env`` in the environment of prism and of every rank."""
     with tempfile.TemporaryDirectory(prefix="prism-rec-") as tmp:
         RunDir(Path(tmp) / "job").save_job(job)
         step_dir = Path(tmp) / "steps"
-        env = {**os.environ, **_probe_env(step_dir, tree)}
+        env = {**os.environ, **(extra_env or {}), **_probe_env(step_dir, tree)}
         proc = subprocess.run([sys.executable, "-m", "prism.cli.main", "record", "--job", str(Path(tmp) / "job/job.yaml"),
                                "--out", str(Path(tmp) / "run"), "--timeout", str(timeout_s)],
                               env=env, cwd=str(tree), capture_output=True, timeout=timeout_s + 60)
@@ -197,10 +200,17 @@ def main() -> int:
     parser.add_argument("--baseline-tree", type=Path, default=None,
                         help="also record with the prism in this directory (alternated): before/after")
     parser.add_argument("--label", default="", help="a name for this set of figures (e.g. before/after)")
+    parser.add_argument("--record-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="also record with this in the environment (alternated; repeatable): e.g. "
+                             "PRISM_OPWATCH=0 for the op publisher's share")
     parser.add_argument("--threads", action="store_true",
                         help="also each kind of thread's CPU ms per step, per side (which thread record's CPU goes to)")
     parser.add_argument("--out", default=str(HERE / "results/record_overhead.json"))
     ns = parser.parse_args()
+    bad = [kv for kv in ns.record_env if "=" not in kv or not kv.split("=", 1)[0]]
+    if bad:
+        parser.error(f"--record-env: {bad[0]!r} is not KEY=VALUE")
+    record_env = dict(kv.split("=", 1) for kv in ns.record_env)
     logging.basicConfig(level=logging.WARNING)
     if ns.threads:
         os.environ["PRISM_BENCH_THREADS"] = "1"  # read by _probe_env, inherited by every rank
@@ -209,7 +219,7 @@ def main() -> int:
     def write() -> None:
         # after every repeat, so a run cut short by a time limit keeps what it measured
         out = {"world_size": ns.world, "steps": ns.steps, "warmup": ns.warmup, "repeats": ns.repeats, "label": ns.label,
-               "baseline_tree": str(ns.baseline_tree) if ns.baseline_tree else None,
+               "baseline_tree": str(ns.baseline_tree) if ns.baseline_tree else None, "record_env": record_env,
                "memory": os.environ.get("PRISM_MEMORY", "tracked"), "host_cpus": os.cpu_count(),
                "load_average": os.getloadavg(), "examples": results}
         Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
@@ -222,11 +232,15 @@ def main() -> int:
         sides: dict[str, list[tuple]] = {"plain": [], "record": []}
         if ns.baseline_tree:
             sides["baseline"] = []
+        if record_env:
+            sides["record_env"] = []
         for k in range(ns.repeats):  # alternated, so every side sees the same host load
             sides["plain"].append(plain_run(job, ns.warmup, ns.timeout))
             sides["record"].append(record_run(job, ns.warmup, ns.timeout))
             if ns.baseline_tree:
                 sides["baseline"].append(record_run(job, ns.warmup, ns.timeout, ns.baseline_tree.resolve()))
+            if record_env:
+                sides["record_env"].append(record_run(job, ns.warmup, ns.timeout, extra_env=record_env))
             row, line = _row(name, job, sides)
             results[name] = {**row, "repeats_done": k + 1}
             write()
