@@ -329,7 +329,7 @@ def emulate_and_report(run_dir: str | Path, options: EmulateOptions, *, use_time
         data["recorded"] = recorded
     if tracked:
         data["recorded_timed_with_tracker"] = True
-    if timed is not None and timed_run_tracked(dataclasses.replace(job, memory_cap_bytes=cap), options):
+    if timed is not None and timed_run_tracked(job, options):
         data["sandbox_timed_with_tracker"] = True
     if failure is not None:
         data["failed"] = {"rank": failure.rank, "oom": True, "oom_ranks": sorted(ooms)}

@@ -327,7 +327,8 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
         # The tracker enforces the cap, so the tracked pass runs first: a rank above it fails there,
         # at the real run's allocation (as `prism record --memory-cap` does), and that pass is the
         # emulation's result. A run that fits is then timed untracked, like the slices that time
-        # its vranks; its allocations are the tracked pass's, so it cannot exceed the cap.
+        # its vranks; its allocations are the tracked pass's, so it cannot exceed the cap. The
+        # tracked pass keeps --profile too: if it is the result, its profile shows where it stopped.
         try:
             once(memory_pass_job(job), dataclasses.replace(memory_options, profile=options.profile), memory_out)
         except RankOOMError:
