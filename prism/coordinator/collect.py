@@ -185,7 +185,9 @@ def _collect(job: JobConfig, run: RunDir, staging: Path, options: CollectOptions
     deadline = started + options.timeout_s
     mark, moved_at, reported_at = state.progress_mark(), started, started
     try:
-        with Supervisor(error_dir=work, log_dir=run.logs) as sup:
+        # A CPU job's ranks start from a fork server that imported torch once (prism.core.forkserver).
+        preload = (WORKER_MODULE,) if job.device == "cpu" else ()
+        with Supervisor(error_dir=work, log_dir=run.logs, preload=preload) as sup:
             while not state.all_finished():
                 for rank, slot in state.take_spawns():
                     path = work / f"spec-{rank:05d}.json"

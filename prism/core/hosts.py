@@ -56,7 +56,8 @@ class ProcessHost(Protocol):
         that failed on the broken connection."""
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """PR_SET_PDEATHSIG: the calling process gets SIGKILL when its parent (thread) exits."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
@@ -80,13 +81,14 @@ class LocalProcess:
             os.killpg(self.pid, signum)
 
 
-def start_local(argv: Sequence[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
+def start_local(argv: Sequence[str], env: dict[str, str], log_path: Path, *, stdin=None,
+                pass_fds: Sequence[int] = ()) -> subprocess.Popen:
     """A process in its own session that dies with its parent (PR_SET_PDEATHSIG, set between fork
     and exec: no orphan survives even a SIGKILL of the parent), output to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log_file:
-        return subprocess.Popen(list(argv), env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_die_with_parent)
+        return subprocess.Popen(list(argv), env=env, stdin=stdin, stdout=log_file, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=die_with_parent, pass_fds=tuple(pass_fds))
 
 
 class LocalHost:

@@ -18,12 +18,15 @@ import logging
 import os
 import signal
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .errors import RankFailedError
-from .hosts import Process, ProcessHost, current_process_host
+from .forkserver import ForkServer, ForkServerError, fork_server_enabled
+from .hosts import LocalHost, Process, ProcessHost, current_process_host
 from .workerspec import error_path
 
 __all__ = ["Supervisor", "package_env"]
@@ -52,22 +55,53 @@ def package_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 class Supervisor:
     """Owns worker processes keyed by logical rank."""
 
-    def __init__(self, *, error_dir: str | Path, log_dir: str | Path, host: ProcessHost | None = None) -> None:
+    def __init__(self, *, error_dir: str | Path, log_dir: str | Path, host: ProcessHost | None = None,
+                 preload: Sequence[str] = ()) -> None:
+        """``preload``: modules whose ``python -m`` processes start from a fork server that has
+        imported them (:mod:`prism.core.forkserver`) on this host; only for processes that will
+        not use CUDA."""
         self.error_dir = Path(error_dir)
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.host = host or current_process_host()
         self.procs: dict[int, Process] = {}
         self.names: dict[int, str] = {}
+        local = isinstance(self.host, LocalHost)
+        self._preload = tuple(preload) if preload and local and fork_server_enabled() else ()
+        self._servers: dict[frozenset, ForkServer] = {}
+        self._server_logs: list[Path] = []
 
     def start(self, rank: int, argv: Sequence[str], env: dict[str, str], *, name: str = "", role: str = "sandbox",
               slot: int | None = None) -> Process:
         """Start the process of key ``rank``; ``name`` (default "rank <rank>") is how errors name it.
         ``role`` and ``slot`` place it on a node of a multi-node run (:mod:`prism.core.hosts`)."""
-        proc = self.host.start(rank, argv, env, log_path=self.log_dir / f"rank-{rank:05d}.log", role=role, slot=slot)
+        log_path = self.log_dir / f"rank-{rank:05d}.log"
+        proc = self._start_forked(argv, env, log_path)
+        if proc is None:
+            proc = self.host.start(rank, argv, env, log_path=log_path, role=role, slot=slot)
         self.procs[rank] = proc
         self.names[rank] = (name or f"rank {rank}") + (f" on {proc.where}" if proc.where else "")
         return proc
+
+    def _start_forked(self, argv: Sequence[str], env: dict[str, str], log_path: Path) -> Process | None:
+        """``argv`` started by the fork server of ``env``; None when it is not a preloaded
+        ``python -m`` command (or the server failed: the process then starts afresh)."""
+        if not (self._preload and len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m"
+                and argv[2] in self._preload):
+            return None
+        key = frozenset(env.items())
+        try:
+            server = self._servers.get(key)
+            if server is None:
+                fd, name = tempfile.mkstemp(prefix="prism-fork-server-", suffix=".log")
+                os.close(fd)
+                self._server_logs.append(Path(name))
+                server = self._servers[key] = ForkServer(self._preload, env, Path(name))
+            return server.start(argv[2], argv[3:], log_path)
+        except ForkServerError as e:
+            log.warning("%s; starting processes afresh", e)
+            self._preload = ()
+            return None
 
     def failure_text(self, rank: int, code: int, lost_reason: str = "") -> str:
         if lost_reason:
@@ -167,6 +201,11 @@ class Supervisor:
 
     def close(self) -> None:
         self.kill_all()
+        for server in self._servers.values():
+            server.close()
+        self._servers.clear()
+        for path in self._server_logs:
+            path.unlink(missing_ok=True)
 
     def __enter__(self) -> Supervisor:
         return self

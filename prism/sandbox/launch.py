@@ -152,7 +152,9 @@ def launch_ranks(
 
     try:
         # A recording is one host's run (its store is on loopback), whatever host a caller installed.
-        with Supervisor(error_dir=work, log_dir=log_dir, host=LocalHost()) as sup:
+        # A CPU job's ranks start from a fork server that imported torch once (prism.core.forkserver).
+        preload = (WORKER_MODULE,) if job.device == "cpu" else ()
+        with Supervisor(error_dir=work, log_dir=log_dir, host=LocalHost(), preload=preload) as sup:
             start_more(sup)
             try:
                 # With a watcher the timeout is a stall: no rank issued or completed an op for that long.

@@ -241,18 +241,21 @@ def _start_store(timeout_s: float) -> tuple[dist.TCPStore, str]:
     return store, f"{reachable_host()}:{store.port}"
 
 
-def _supervise(out_dir: Path, world_size: int, starts: list[tuple[int, list[str]]], timeout_s: float,
+def _supervise(out_dir: Path, job: JobConfig, starts: list[tuple[int, list[str]]], timeout_s: float,
                store: dist.TCPStore, recorded: Callable[[], dict] | None = None) -> None:
     """Run the workers and replayers; ``recorded()`` gives the sandbox ranks' recorded ops
     (``prism.graph.opsig.recorded_ops``), read only when a process fails, to name an op that
-    differs from what the virtual ranks replay."""
+    differs from what the virtual ranks replay. A CPU job's processes start from a fork server
+    (:mod:`prism.core.forkserver`); a GPU job's afresh (a CUDA context does not survive a fork)."""
+    world_size = job.world_size
     env = package_env()
     # The sandbox ranks publish their ops to the store: ranks that disagree on an op stop the run at
     # once, a timeout names every sandbox rank's pending op (prism.core.hangwatch). Replayers
     # (keys >= world_size) walk the graph and publish nothing.
     watcher = HangWatcher(store, [key for key, _ in starts if key < world_size], timeout_s=timeout_s)
     slot_of = {key: i for i, key in enumerate(sorted(k for k, _ in starts if k < world_size))}
-    with Supervisor(error_dir=out_dir, log_dir=out_dir / "logs") as sup:
+    preload = (WORKER_MODULE, REPLAYER_MODULE) if job.device == "cpu" else ()
+    with Supervisor(error_dir=out_dir, log_dir=out_dir / "logs", preload=preload) as sup:
         for key, argv in starts:  # replayer i runs under key world_size + i
             replayer = key >= world_size
             sup.start(key, argv, env, name=f"replayer {key - world_size}" if replayer else "",
@@ -424,7 +427,7 @@ def _run_emulation(job: JobConfig, run: RunDir, kind: str, ranks: tuple[int, ...
         path = out / f"replayer-{i:03d}.spec.json"
         path.write_text(spec.to_json())
         starts.append((job.world_size + i, [sys.executable, "-m", REPLAYER_MODULE, "--spec", str(path)]))
-    _supervise(out, job.world_size, starts, options.timeout_s, store,
+    _supervise(out, job, starts, options.timeout_s, store,
                recorded=lambda: recorded_ops(read_graph(run.graph_dir(kind)), ranks))
 
 
@@ -529,7 +532,7 @@ def capture_job(job: JobConfig, run_dir: str | Path, *, derive_for: tuple[int, .
                                          timeout_s=rank_timeout_s(timeout_s), workspace=workspace,
                                          engine_options=opts, origin_ns=origin).to_json())
             starts.append((r, [sys.executable, "-m", WORKER_MODULE, "--spec", str(path)]))
-        _supervise(out, job.world_size, starts, timeout_s, store)
+        _supervise(out, job, starts, timeout_s, store)
     del store
     if derive_for:
         derive_from_capture(run.root, capture, derive_for, tree_all_reduce=policy_from_env(job.env).tree_all_reduce)

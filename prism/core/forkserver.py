@@ -1,0 +1,311 @@
+"""A fork server: one process imports torch and a worker module once, then forks a child per rank.
+
+A rank worker spends ~1.5 s of CPU importing torch before the script's first line; a run of W ranks
+on a small host pays it W times (8 ranks on 2 cores: ~6 s of a launch). Through a fork server it is
+paid once per launch: the server (``python -m prism.core.forkserver MODULE...``) imports the
+modules, then for each request forks a child that becomes ``python -m MODULE ARGS`` as a process
+started afresh would: its own session, dying with its parent (PR_SET_PDEATHSIG), output to its log,
+stdin from /dev/null, the request's working directory, fresh random state, default signal handlers.
+The module named in a request runs as ``__main__`` (runpy); the server imported its dependencies
+but not the module itself, so it runs once.
+
+Only for processes that will not use CUDA: a CUDA context does not survive a fork, and the server
+must never create one (``Supervisor(preload=...)`` is passed by callers for CPU jobs only). The
+server is single-threaded at every fork. ``PRISM_FORK_SERVER=0`` starts every process afresh.
+
+Protocol: requests are JSON lines on the server's stdin (``{"id", "module", "args", "cwd", "log"}``);
+replies are lines on a pipe: ``started ID PID``, ``failed ID MESSAGE`` and ``exited PID CODE``
+(CODE as ``subprocess.Popen.returncode``: negative for a signal). EOF on stdin ends the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .hosts import die_with_parent, start_local
+
+__all__ = ["ForkServer", "ForkedProcess", "ForkServerError", "fork_server_enabled"]
+
+log = logging.getLogger(__name__)
+
+_START_TIMEOUT_S = 300.0
+"""How long a request may wait for the server's answer (its first one waits for its imports)."""
+
+
+_TITLE_SPACE = 1024
+"""Bytes of argv a child's process title may use (titles are written over the server's argv only,
+so that /proc/PID/environ, where runs find their processes, stays intact)."""
+
+
+class ForkServerError(RuntimeError):
+    """The fork server died or refused a request."""
+
+
+def fork_server_enabled() -> bool:
+    return os.environ.get("PRISM_FORK_SERVER", "1") != "0"
+
+
+# ------------------------------------------------------------------------------------- client side
+
+
+class ForkedProcess:
+    """A child of the fork server, as a supervisor sees it (:class:`prism.core.hosts.Process`)."""
+
+    where = ""
+    lost_reason = ""
+
+    def __init__(self, server: ForkServer, pid: int) -> None:
+        self._server = server
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        self._server.drain(0.0)
+        return self._server.codes.get(self.pid)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self._server.codes.get(self.pid)) is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(f"fork server child {self.pid}", timeout)
+            self._server.drain(0.1 if left is None else min(0.1, left))
+        return code
+
+    def signal_group(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signum)
+
+
+class ForkServer:
+    """The client of one server process: ``start`` forks a child there."""
+
+    def __init__(self, preload: Sequence[str], env: dict[str, str], log_path: Path) -> None:
+        self._replies_r, replies_w = os.pipe()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        # The blank argument reserves room in the server's argv for its children's titles.
+        argv = [sys.executable, "-m", __name__, str(replies_w), " " * _TITLE_SPACE, *preload]
+        self._proc = start_local(argv, env, log_path, stdin=subprocess.PIPE, pass_fds=(replies_w,))
+        os.close(replies_w)
+        self._log_path = log_path
+        self._buffer = b""
+        self._next_id = 0
+        self._started: dict[int, int | str] = {}
+        self.codes: dict[int, int] = {}
+        """pid -> exit code of every child that exited."""
+        self._children: set[int] = set()
+        self._closed = False
+        self._lock = threading.RLock()
+
+    def start(self, module: str, args: Sequence[str], log_path: Path) -> ForkedProcess:
+        request_id, self._next_id = self._next_id, self._next_id + 1
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_bytes(b"")  # there on return, as subprocess.Popen's log is
+        line = json.dumps({"id": request_id, "module": module, "args": list(args), "cwd": os.getcwd(),
+                           "log": str(log_path)}) + "\n"
+        try:
+            self._proc.stdin.write(line.encode())
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            raise ForkServerError(self._died_text()) from e
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while request_id not in self._started:
+            if self._closed:
+                raise ForkServerError(self._died_text())
+            if time.monotonic() > deadline:
+                raise ForkServerError(f"the fork server did not start {module} in {_START_TIMEOUT_S:.0f} s")
+            self.drain(0.1)
+        pid = self._started.pop(request_id)
+        if isinstance(pid, str):
+            raise ForkServerError(f"the fork server could not start {module}: {pid}")
+        self._children.add(pid)
+        return ForkedProcess(self, pid)
+
+    def drain(self, timeout: float) -> None:
+        """Read the server's replies that arrive within ``timeout`` seconds."""
+        with self._lock:
+            if self._closed:
+                return
+            ready, _, _ = select.select([self._replies_r], [], [], timeout)
+            if ready:
+                self._read()
+
+    def _read(self) -> None:
+        chunk = os.read(self._replies_r, 65536)
+        if not chunk:  # the server is gone; its children die with it (PR_SET_PDEATHSIG)
+            self._closed = True
+            for pid in self._children - set(self.codes):
+                self.codes[pid] = -signal.SIGKILL
+            return
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for raw in lines:
+            kind, a, b = raw.decode().split(" ", 2)
+            if kind == "started":
+                self._started[int(a)] = int(b)
+            elif kind == "failed":
+                self._started[int(a)] = b
+            elif kind == "exited":
+                self.codes[int(a)] = int(b)
+
+    def _died_text(self) -> str:
+        tail = self._log_path.read_text(errors="replace")[-2000:] if self._log_path.exists() else ""
+        return f"the fork server exited (code {self._proc.poll()})" + (f"; its output:\n{tail}" if tail else "")
+
+    def close(self) -> None:
+        """End the server (a child still running dies with it)."""
+        if self._proc.stdin.closed:
+            return
+        with contextlib.suppress(OSError):
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        with self._lock:
+            with contextlib.suppress(OSError):
+                os.close(self._replies_r)
+            self._closed = True
+
+
+# ------------------------------------------------------------------------------------- server side
+
+
+def _preload(modules: Sequence[str]) -> None:
+    """Import each module's dependencies: the module itself is dropped again, so that runpy runs
+    it as ``__main__`` once, as ``python -m`` does."""
+    for name in modules:
+        importlib.import_module(name)
+        sys.modules.pop(name, None)
+        parent, _, child = name.rpartition(".")
+        if parent and parent in sys.modules:
+            with contextlib.suppress(AttributeError):
+                delattr(sys.modules[parent], child)
+
+
+def _become_child(request: dict, fds: Sequence[int], server_pid: int) -> None:
+    """In the forked child: the process environment that ``python -m MODULE`` would have had."""
+    import random  # noqa: PLC0415
+
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the only handler the server changed
+    os.setsid()
+    die_with_parent()  # the server; it dies with its supervisor in turn
+    if os.getppid() != server_pid:  # the server died before the line above
+        os._exit(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    for fd in {null, out, *fds} - {0, 1, 2}:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    os.chdir(request["cwd"])
+    random.seed()  # fresh entropy, as a new interpreter has (numpy's legacy global state too)
+    if "numpy.random" in sys.modules:
+        sys.modules["numpy.random"].seed()
+    sys.argv = ["-m", *request["args"]]
+    if _setproctitle is not None:  # what ps, psutil and py-spy show: the command it stands for
+        _setproctitle.setproctitle(" ".join([sys.executable, "-m", request["module"], *request["args"]]))
+    os.environ.pop("SPT_NOENV", None)
+
+
+_setproctitle = None
+
+
+def _serve(replies: int, preload: Sequence[str]) -> dict | None:
+    """The server's loop; returns the request of a forked child (in the child), None at EOF."""
+    global _setproctitle
+    os.environ["SPT_NOENV"] = "1"  # setproctitle keeps off the environ (removed again in each child)
+    with contextlib.suppress(ImportError):  # a dependency; without it children keep the server's title
+        import setproctitle as _setproctitle  # noqa: PLC0415
+    _preload(preload)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    requests = sys.stdin.buffer
+    children: set[int] = set()
+    pending = b""
+
+    def reply(text: str) -> None:
+        os.write(replies, (text + "\n").encode())
+
+    def reap() -> None:
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            children.discard(pid)
+            reply(f"exited {pid} {os.waitstatus_to_exitcode(status)}")
+
+    stdin_fd = requests.fileno()
+    while True:
+        ready, _, _ = select.select([stdin_fd, wake_r], [], [])
+        if wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 4096)
+        reap()
+        if stdin_fd not in ready:
+            continue
+        chunk = os.read(stdin_fd, 65536)
+        if not chunk:
+            return None
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for raw in lines:
+            request = json.loads(raw)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            server_pid = os.getpid()
+            try:
+                pid = os.fork()
+            except OSError as e:
+                reply(f"failed {request['id']} {e}")
+                continue
+            if pid == 0:
+                _become_child(request, (stdin_fd, replies, wake_r, wake_w), server_pid)
+                return request
+            children.add(pid)
+            reply(f"started {request['id']} {pid}")
+
+
+def main(argv: Sequence[str]) -> int:
+    replies, preload = int(argv[0]), argv[2:]  # argv[1]: the room for titles
+    request = _serve(replies, preload)
+    if request is None:
+        return 0
+    import runpy  # noqa: PLC0415
+    import traceback  # noqa: PLC0415
+
+    # From here on this process is the child: the module runs as ``python -m`` would run it, and
+    # the interpreter's own exit (threads joined, atexit, flush) ends it.
+    try:
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+    except Exception as e:  # noqa: BLE001 - printed as the interpreter would, without this module's frames
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__, "<frozen runpy>"):
+            tb = tb.tb_next
+        traceback.print_exception(type(e), e, tb)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
