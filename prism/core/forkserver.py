@@ -11,7 +11,8 @@ but not the module itself, so it runs once.
 
 Only for processes that will not use CUDA: a CUDA context does not survive a fork, and the server
 must never create one (``Supervisor(preload=...)`` is passed by callers for CPU jobs only). The
-server is single-threaded at every fork. ``PRISM_FORK_SERVER=0`` starts every process afresh.
+server is single-threaded at every fork. ``PRISM_FORK_SERVER=0`` starts every process afresh, as
+does a host without ``setproctitle`` (a dependency; the GPU machines run from the checkout without it).
 
 Protocol: requests are JSON lines on the server's stdin (``{"id", "module", "args", "cwd", "log"}``);
 replies are lines on a pipe: ``started ID PID``, ``failed ID MESSAGE`` and ``exited PID CODE``
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -54,7 +56,9 @@ class ForkServerError(RuntimeError):
 
 
 def fork_server_enabled() -> bool:
-    return os.environ.get("PRISM_FORK_SERVER", "1") != "0"
+    """On unless ``PRISM_FORK_SERVER=0``, and where ``setproctitle`` is installed: without it a
+    forked rank would show the server's command line, and runs find their processes by theirs."""
+    return os.environ.get("PRISM_FORK_SERVER", "1") != "0" and importlib.util.find_spec("setproctitle") is not None
 
 
 # ------------------------------------------------------------------------------------- client side
@@ -230,7 +234,7 @@ def _serve(replies: int, preload: Sequence[str]) -> dict | None:
     """The server's loop; returns the request of a forked child (in the child), None at EOF."""
     global _setproctitle
     os.environ["SPT_NOENV"] = "1"  # setproctitle keeps off the environ (removed again in each child)
-    with contextlib.suppress(ImportError):  # a dependency; without it children keep the server's title
+    with contextlib.suppress(ImportError):  # checked by fork_server_enabled; a server started anyway runs without it
         import setproctitle as _setproctitle  # noqa: PLC0415
     _preload(preload)
     wake_r, wake_w = os.pipe()
