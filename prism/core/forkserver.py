@@ -2,8 +2,9 @@
 
 A rank worker spends ~1.5 s of CPU importing torch before the script's first line; a run of W ranks
 on a small host pays it W times (8 ranks on 2 cores: ~6 s of a launch). Through a fork server it is
-paid once per launch: the server (``python -m prism.core.forkserver MODULE...``) imports the
-modules, then for each request forks a child that becomes ``python -m MODULE ARGS`` as a process
+paid once per command (the supervisors of a process's main thread share a server per environment,
+:func:`shared_server`; a supervisor of another thread starts its own): the server
+(``python -m prism.core.forkserver MODULE...``) imports the modules, then for each request forks a child that becomes ``python -m MODULE ARGS`` as a process
 started afresh would: its own session, dying with its parent (PR_SET_PDEATHSIG), output to its log,
 stdin from /dev/null, the request's working directory, fresh random state, default signal handlers.
 The module named in a request runs as ``__main__`` (runpy); the server imported its dependencies
@@ -21,6 +22,7 @@ replies are lines on a pipe: ``started ID PID``, ``failed ID MESSAGE`` and ``exi
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import importlib.util
@@ -31,14 +33,16 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
 from .hosts import die_with_parent, start_local
 
-__all__ = ["ForkServer", "ForkedProcess", "ForkServerError", "fork_server_enabled"]
+__all__ = ["ForkServer", "ForkedProcess", "ForkServerError", "fork_server_enabled", "shared_server", "close_shared_servers"]
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +99,9 @@ class ForkedProcess:
 class ForkServer:
     """The client of one server process: ``start`` forks a child there."""
 
-    def __init__(self, preload: Sequence[str], env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, preload: Sequence[str], env: dict[str, str], log_path: Path, *,
+                 remove_log: bool = False) -> None:
+        """``remove_log``: ``log_path`` (the server's own output) is deleted when it closes."""
         self._replies_r, replies_w = os.pipe()
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # The blank argument reserves room in the server's argv for its children's titles.
@@ -103,6 +109,7 @@ class ForkServer:
         self._proc = start_local(argv, env, log_path, stdin=subprocess.PIPE, pass_fds=(replies_w,))
         os.close(replies_w)
         self._log_path = log_path
+        self._remove_log = remove_log
         self._buffer = b""
         self._next_id = 0
         self._started: dict[int, int | str] = {}
@@ -119,9 +126,10 @@ class ForkServer:
         line = json.dumps({"id": request_id, "module": module, "args": list(args), "cwd": os.getcwd(),
                            "log": str(log_path)}) + "\n"
         try:
-            self._proc.stdin.write(line.encode())
-            self._proc.stdin.flush()
-        except (BrokenPipeError, OSError) as e:
+            with self._lock:
+                self._proc.stdin.write(line.encode())
+                self._proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError) as e:  # ValueError: closed meanwhile
             raise ForkServerError(self._died_text()) from e
         deadline = time.monotonic() + _START_TIMEOUT_S
         while request_id not in self._started:
@@ -163,6 +171,9 @@ class ForkServer:
             elif kind == "exited":
                 self.codes[int(a)] = int(b)
 
+    def alive(self) -> bool:
+        return not self._closed and self._proc.poll() is None
+
     def _died_text(self) -> str:
         tail = self._log_path.read_text(errors="replace")[-2000:] if self._log_path.exists() else ""
         return f"the fork server exited (code {self._proc.poll()})" + (f"; its output:\n{tail}" if tail else "")
@@ -182,6 +193,44 @@ class ForkServer:
             with contextlib.suppress(OSError):
                 os.close(self._replies_r)
             self._closed = True
+        if self._remove_log:
+            self._log_path.unlink(missing_ok=True)
+
+
+_SHARED_MAX = 4
+_shared: OrderedDict[tuple, ForkServer] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def shared_server(preload: Sequence[str], env: dict[str, str]) -> ForkServer | None:
+    """This process's server for ``preload`` and ``env``, kept for later launches (a command that
+    launches several times pays the server's imports once); None off the main thread: a server dies
+    with the thread that started it (PR_SET_PDEATHSIG), and only the main thread lives as long as
+    the process. The last ``_SHARED_MAX`` servers are kept; all end at exit."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    key = (tuple(preload), frozenset(env.items()))
+    with _shared_lock:
+        server = _shared.get(key)
+        if server is not None and server.alive():
+            _shared.move_to_end(key)
+            return server
+        if server is not None:
+            _shared.pop(key).close()
+        fd, name = tempfile.mkstemp(prefix="prism-fork-server-", suffix=".log")
+        os.close(fd)
+        server = _shared[key] = ForkServer(preload, env, Path(name), remove_log=True)
+        while len(_shared) > _SHARED_MAX:
+            _shared.popitem(last=False)[1].close()
+        return server
+
+
+@atexit.register
+def close_shared_servers() -> None:
+    """End every shared server (at exit)."""
+    with _shared_lock:
+        while _shared:
+            _shared.popitem()[1].close()
 
 
 # ------------------------------------------------------------------------------------- server side
@@ -217,6 +266,8 @@ def _become_child(request: dict, fds: Sequence[int], server_pid: int) -> None:
     for fd in {null, out, *fds} - {0, 1, 2}:
         with contextlib.suppress(OSError):
             os.close(fd)
+    if sys.path and sys.path[0] == os.getcwd():  # python -m puts its start directory first
+        sys.path[0] = request["cwd"]
     os.chdir(request["cwd"])
     random.seed()  # fresh entropy, as a new interpreter has (numpy's legacy global state too)
     if "numpy.random" in sys.modules:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .errors import RankFailedError
-from .forkserver import ForkServer, ForkServerError, fork_server_enabled
+from .forkserver import ForkServer, ForkServerError, fork_server_enabled, shared_server
 from .hosts import LocalHost, Process, ProcessHost, current_process_host
 from .workerspec import error_path
 
@@ -69,7 +69,6 @@ class Supervisor:
         local = isinstance(self.host, LocalHost)
         self._preload = tuple(preload) if preload and local and fork_server_enabled() else ()
         self._servers: dict[frozenset, ForkServer] = {}
-        self._server_logs: list[Path] = []
 
     def start(self, rank: int, argv: Sequence[str], env: dict[str, str], *, name: str = "", role: str = "sandbox",
               slot: int | None = None) -> Process:
@@ -89,14 +88,15 @@ class Supervisor:
         if not (self._preload and len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m"
                 and argv[2] in self._preload):
             return None
-        key = frozenset(env.items())
         try:
-            server = self._servers.get(key)
-            if server is None:
-                fd, name = tempfile.mkstemp(prefix="prism-fork-server-", suffix=".log")
-                os.close(fd)
-                self._server_logs.append(Path(name))
-                server = self._servers[key] = ForkServer(self._preload, env, Path(name))
+            server = shared_server(self._preload, env)
+            if server is None:  # off the main thread: a server of this supervisor's own
+                key = frozenset(env.items())
+                server = self._servers.get(key)
+                if server is None:
+                    fd, name = tempfile.mkstemp(prefix="prism-fork-server-", suffix=".log")
+                    os.close(fd)
+                    server = self._servers[key] = ForkServer(self._preload, env, Path(name), remove_log=True)
             return server.start(argv[2], argv[3:], log_path)
         except ForkServerError as e:
             log.warning("%s; starting processes afresh", e)
@@ -201,11 +201,9 @@ class Supervisor:
 
     def close(self) -> None:
         self.kill_all()
-        for server in self._servers.values():
+        for server in self._servers.values():  # a shared server (forkserver.shared_server) stays
             server.close()
         self._servers.clear()
-        for path in self._server_logs:
-            path.unlink(missing_ok=True)
 
     def __enter__(self) -> Supervisor:
         return self

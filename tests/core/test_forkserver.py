@@ -1,7 +1,8 @@
 """Processes started through a fork server (prism.core.forkserver) behave as processes started
 afresh: the module runs as ``__main__`` with its arguments, in its own session, output in its log,
 its title the command it stands for, its environment intact; a failure, a kill and the server's
-death are reported as they would be, and nothing is left behind."""
+death are reported as they would be, and nothing is left behind. Supervisors of the main thread
+share a server (a command that launches several times imports once); it ends at exit."""
 
 import json
 import os
@@ -14,6 +15,7 @@ import psutil
 import pytest
 
 from prism.core.errors import RankFailedError
+from prism.core.forkserver import close_shared_servers
 from prism.core.supervise import Supervisor, package_env
 
 MODULE = "prism_fs_probe"
@@ -43,7 +45,8 @@ def probe(tmp_path, monkeypatch):
     env = package_env({"PROBE_TAG": tmp_path.name})
     env["PYTHONPATH"] = f"{tmp_path / 'mod'}{os.pathsep}{env['PYTHONPATH']}"
     monkeypatch.chdir(tmp_path)
-    return tmp_path, env
+    yield tmp_path, env
+    close_shared_servers()  # what exit does
 
 
 def argv(*args: str) -> list[str]:
@@ -76,6 +79,11 @@ def test_forked_processes_run_the_module_as_main_in_their_own_session_with_their
         while not (sup.log_dir / "rank-00003.log").read_text() and time.monotonic() < deadline:
             time.sleep(0.05)
         title = " ".join(psutil.Process(sleeper.pid).cmdline())
+    with Supervisor(error_dir=tmp_path, log_dir=tmp_path / "again", preload=(MODULE,)) as sup:
+        sup.start(0, argv("0"), env)
+        sup.wait_all(timeout_s=60)
+        again = report(sup, 0)
+    assert again["ppid"] == seen[0]["ppid"]  # the next launch forks from the same server
     for r, (p, s) in enumerate(zip(procs, seen, strict=True)):
         assert s["name"] == "__main__" and s["argv"] == ["--rank", str(r), "0"]
         assert s["pid"] == p.pid and s["sid"] == p.pid  # a session of its own, as start_new_session gives
@@ -83,7 +91,9 @@ def test_forked_processes_run_the_module_as_main_in_their_own_session_with_their
         assert s["cwd"] == str(tmp_path) and s["stdin"] == "" and s["tag"] == tmp_path.name and not s["spt"]
     assert len({s["random"] for s in seen}) == 3  # each child has its own random state
     assert title.startswith(f"{sys.executable} -m {MODULE} --sleep")  # what ps shows
-    assert not tagged(tmp_path.name)  # the server and the sleeper are gone with the supervisor
+    assert [p.pid for p in tagged(tmp_path.name)] == [again["ppid"]]  # the sleeper is gone; the server stays
+    close_shared_servers()
+    assert not tagged(tmp_path.name)
 
 
 def test_a_failing_forked_process_stops_the_run_with_its_own_traceback(probe):
@@ -97,7 +107,7 @@ def test_a_failing_forked_process_stops_the_run_with_its_own_traceback(probe):
     text = str(e.value)
     assert "exited with code 1" in text and "RuntimeError: the probe failed on purpose" in text
     assert "forkserver" not in text and "runpy" not in text  # the traceback of `python -m`, less its frames
-    assert not tagged(tmp_path.name)  # the sleeping rank was stopped
+    assert all("forkserver" in " ".join(p.cmdline()) for p in tagged(tmp_path.name))  # the sleeping rank was stopped
 
 
 def test_a_killed_child_and_a_killed_server_are_reported_and_leave_nothing(probe):
@@ -115,6 +125,11 @@ def test_a_killed_child_and_a_killed_server_are_reported_and_leave_nothing(probe
         server.kill()
         with pytest.raises(RankFailedError, match="killed by signal 9"):
             sup.wait_all(timeout_s=60)  # its children die with it (PR_SET_PDEATHSIG)
+    with Supervisor(error_dir=tmp_path, log_dir=tmp_path / "logs", preload=(MODULE,)) as sup:
+        sup.start(0, argv("0"), env)  # a dead shared server is replaced
+        sup.wait_all(timeout_s=60)
+        assert report(sup, 0)["ppid"] != server.pid
+    close_shared_servers()
     deadline = time.monotonic() + 10
     while tagged(tmp_path.name) and time.monotonic() < deadline:
         time.sleep(0.1)
