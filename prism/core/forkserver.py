@@ -99,9 +99,13 @@ class ForkedProcess:
 class ForkServer:
     """The client of one server process: ``start`` forks a child there."""
 
-    def __init__(self, preload: Sequence[str], env: dict[str, str], log_path: Path, *,
-                 remove_log: bool = False) -> None:
-        """``remove_log``: ``log_path`` (the server's own output) is deleted when it closes."""
+    def __init__(self, preload: Sequence[str], env: dict[str, str], log_path: Path | None = None) -> None:
+        """``log_path``: the server's own output (default: a temporary file, deleted at close)."""
+        self._remove_log = log_path is None
+        if log_path is None:
+            fd, name = tempfile.mkstemp(prefix="prism-fork-server-", suffix=".log")
+            os.close(fd)
+            log_path = Path(name)
         self._replies_r, replies_w = os.pipe()
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # The blank argument reserves room in the server's argv for its children's titles.
@@ -109,7 +113,6 @@ class ForkServer:
         self._proc = start_local(argv, env, log_path, stdin=subprocess.PIPE, pass_fds=(replies_w,))
         os.close(replies_w)
         self._log_path = log_path
-        self._remove_log = remove_log
         self._buffer = b""
         self._next_id = 0
         self._started: dict[int, int | str] = {}
@@ -217,9 +220,7 @@ def shared_server(preload: Sequence[str], env: dict[str, str]) -> ForkServer | N
             return server
         if server is not None:
             _shared.pop(key).close()
-        fd, name = tempfile.mkstemp(prefix="prism-fork-server-", suffix=".log")
-        os.close(fd)
-        server = _shared[key] = ForkServer(preload, env, Path(name), remove_log=True)
+        server = _shared[key] = ForkServer(preload, env)
         while len(_shared) > _SHARED_MAX:
             _shared.popitem(last=False)[1].close()
         return server

@@ -19,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -94,9 +93,7 @@ class Supervisor:
                 key = frozenset(env.items())
                 server = self._servers.get(key)
                 if server is None:
-                    fd, name = tempfile.mkstemp(prefix="prism-fork-server-", suffix=".log")
-                    os.close(fd)
-                    server = self._servers[key] = ForkServer(self._preload, env, Path(name), remove_log=True)
+                    server = self._servers[key] = ForkServer(self._preload, env)
             return server.start(argv[2], argv[3:], log_path)
         except ForkServerError as e:
             log.warning("%s; starting processes afresh", e)

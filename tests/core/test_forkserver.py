@@ -149,3 +149,22 @@ def test_without_the_fork_server_processes_start_afresh(probe, monkeypatch, how)
         with pytest.raises(RankFailedError, match="exited with code 3"):
             sup.wait_all(timeout_s=60)
         assert report(sup, 0)["ppid"] == os.getpid()
+
+
+def test_a_supervisor_off_the_main_thread_forks_from_a_server_of_its_own_and_ends_it(probe):
+    import threading
+
+    tmp_path, env = probe
+    seen = {}
+
+    def launch():
+        with Supervisor(error_dir=tmp_path, log_dir=tmp_path / "thread", preload=(MODULE,)) as sup:
+            sup.start(0, argv("0"), env)
+            sup.wait_all(timeout_s=60)
+            seen.update(report(sup, 0))
+
+    t = threading.Thread(target=launch)
+    t.start()
+    t.join(timeout=60)
+    assert seen["ppid"] != os.getpid()  # forked by a server
+    assert not tagged(tmp_path.name)  # which ended with its supervisor: no shared server was started
