@@ -107,7 +107,6 @@ class ForkServer:
             os.close(fd)
             log_path = Path(name)
         self._replies_r, replies_w = os.pipe()
-        log_path.parent.mkdir(parents=True, exist_ok=True)
         # The blank argument reserves room in the server's argv for its children's titles.
         argv = [sys.executable, "-m", __name__, str(replies_w), " " * _TITLE_SPACE, *preload]
         self._proc = start_local(argv, env, log_path, stdin=subprocess.PIPE, pass_fds=(replies_w,))
