@@ -59,10 +59,23 @@ class ForkServerError(RuntimeError):
     """The fork server died or refused a request."""
 
 
+def fork_server_wanted() -> bool:
+    """False when ``PRISM_FORK_SERVER=0``: every process starts afresh, here and on a run's nodes."""
+    return os.environ.get("PRISM_FORK_SERVER", "1") != "0"
+
+
 def fork_server_enabled() -> bool:
-    """On unless ``PRISM_FORK_SERVER=0``, and where ``setproctitle`` is installed: without it a
-    forked rank would show the server's command line, and runs find their processes by theirs."""
-    return os.environ.get("PRISM_FORK_SERVER", "1") != "0" and importlib.util.find_spec("setproctitle") is not None
+    """Wanted, and ``setproctitle`` installed on this host: without it a forked rank would show the
+    server's command line, and runs find their processes by theirs."""
+    return fork_server_wanted() and importlib.util.find_spec("setproctitle") is not None
+
+
+def preloaded_module(argv: Sequence[str], preload: Sequence[str]) -> str | None:
+    """The module of a ``python -m MODULE`` command line when it is one of ``preload`` and runs
+    this host's Python (what a fork server of this process would run); None otherwise."""
+    if len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m" and argv[2] in preload:
+        return argv[2]
+    return None
 
 
 # ------------------------------------------------------------------------------------- client side

@@ -46,9 +46,11 @@ class ProcessHost(Protocol):
     """The address other processes of the run dial to reach a server in this process."""
 
     def start(self, key: int, argv: Sequence[str], env: dict[str, str], *, log_path: Path, role: str,
-              slot: int | None) -> Process:
+              slot: int | None, preload: Sequence[str] = ()) -> Process:
         """Start a process; ``role`` is "sandbox" (a rank worker) or "assistant" (a replayer);
-        ``slot`` places a rank worker on that slot's node."""
+        ``slot`` places a rank worker on that slot's node; ``preload``: the node may fork a
+        ``python -m`` process of these modules from a server that imported them
+        (:mod:`prism.core.forkserver`)."""
 
     def settle(self) -> None:
         """Called when a process failed, before it is blamed: wait until every node that went
@@ -96,7 +98,8 @@ class LocalHost:
     reachable_host = "127.0.0.1"
 
     def start(self, key: int, argv: Sequence[str], env: dict[str, str], *, log_path: Path, role: str = "sandbox",
-              slot: int | None = None) -> LocalProcess:
+              slot: int | None = None, preload: Sequence[str] = ()) -> LocalProcess:
+        """Afresh: a local :class:`~prism.core.supervise.Supervisor` forks from its own servers."""
         return LocalProcess(start_local(argv, env, log_path))
 
     def settle(self) -> None:

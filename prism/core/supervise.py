@@ -18,13 +18,12 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .errors import RankFailedError
-from .forkserver import ForkServer, ForkServerError, fork_server_enabled, shared_server
+from .forkserver import ForkServer, ForkServerError, fork_server_enabled, fork_server_wanted, preloaded_module, shared_server
 from .hosts import LocalHost, Process, ProcessHost, current_process_host
 from .workerspec import error_path
 
@@ -57,8 +56,8 @@ class Supervisor:
     def __init__(self, *, error_dir: str | Path, log_dir: str | Path, host: ProcessHost | None = None,
                  preload: Sequence[str] = ()) -> None:
         """``preload``: modules whose ``python -m`` processes start from a fork server that has
-        imported them (:mod:`prism.core.forkserver`) on this host; only for processes that will
-        not use CUDA."""
+        imported them (:mod:`prism.core.forkserver`), on this host or on a multi-node run's nodes
+        (their agents); only for processes that will not use CUDA."""
         self.error_dir = Path(error_dir)
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -67,6 +66,7 @@ class Supervisor:
         self.names: dict[int, str] = {}
         local = isinstance(self.host, LocalHost)
         self._preload = tuple(preload) if preload and local and fork_server_enabled() else ()
+        self._node_preload = tuple(preload) if preload and not local and fork_server_wanted() else ()
         self._servers: dict[frozenset, ForkServer] = {}
 
     def start(self, rank: int, argv: Sequence[str], env: dict[str, str], *, name: str = "", role: str = "sandbox",
@@ -76,7 +76,8 @@ class Supervisor:
         log_path = self.log_dir / f"rank-{rank:05d}.log"
         proc = self._start_forked(argv, env, log_path)
         if proc is None:
-            proc = self.host.start(rank, argv, env, log_path=log_path, role=role, slot=slot)
+            proc = self.host.start(rank, argv, env, log_path=log_path, role=role, slot=slot,
+                                   preload=self._node_preload)
         self.procs[rank] = proc
         self.names[rank] = (name or f"rank {rank}") + (f" on {proc.where}" if proc.where else "")
         return proc
@@ -84,8 +85,8 @@ class Supervisor:
     def _start_forked(self, argv: Sequence[str], env: dict[str, str], log_path: Path) -> Process | None:
         """``argv`` started by the fork server of ``env``; None when it is not a preloaded
         ``python -m`` command (or the server failed: the process then starts afresh)."""
-        if not (self._preload and len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m"
-                and argv[2] in self._preload):
+        module = preloaded_module(argv, self._preload)
+        if module is None:
             return None
         try:
             server = shared_server(self._preload, env)
@@ -94,7 +95,7 @@ class Supervisor:
                 server = self._servers.get(key)
                 if server is None:
                     server = self._servers[key] = ForkServer(self._preload, env)
-            return server.start(argv[2], argv[3:], log_path)
+            return server.start(module, argv[3:], log_path)
         except ForkServerError as e:
             log.warning("%s; starting processes afresh", e)
             self._preload = ()

@@ -27,6 +27,7 @@ from pathlib import Path
 import grpc
 
 from prism.core.errors import PrismError
+from prism.core.forkserver import ForkedProcess, ForkServer, ForkServerError, fork_server_enabled, preloaded_module
 from prism.core.hosts import LocalHost, start_local
 
 from ._pb import agents_pb2 as pb
@@ -192,7 +193,7 @@ class AgentPool:
             return sorted((a.role, a.index, a.node) for a in self._agents.values())
 
     def start(self, key: int, argv: Sequence[str], env: dict[str, str], *, log_path: Path, role: str = "sandbox",
-              slot: int | None = None):
+              slot: int | None = None, preload: Sequence[str] = ()):
         with self._lock:
             candidates = sorted((a for a in self._agents.values() if a.role == role and not a.lost),
                                 key=lambda a: a.index)
@@ -203,7 +204,8 @@ class AgentPool:
             else:
                 agent = min(candidates, key=lambda a: (len(a.running) + len(a.starts), a.index))
             launch = next(self._launches)
-            agent.starts.append(pb.StartProcess(key=launch, argv=list(argv), env=env, log_path=str(log_path)))
+            agent.starts.append(pb.StartProcess(key=launch, argv=list(argv), env=env, log_path=str(log_path),
+                                                preload=list(preload)))
             agent.running.add(launch)
             self._where[launch] = agent
             log.info("process %d (launch %d) -> %s on %s", key, launch, agent.describe(), agent.node)
@@ -252,7 +254,36 @@ def _merged_env(theirs: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _stop_all(procs: dict[int, subprocess.Popen]) -> None:
+class _NodeLauncher:
+    """Starts the head's processes on this node: a preloaded ``python -m`` process forks from a
+    fork server of this node (one per preload and environment, ended with the agent), the rest
+    start afresh; so does everything after a server failed."""
+
+    def __init__(self) -> None:
+        self._servers: dict[tuple, ForkServer] = {}
+        self._forking = fork_server_enabled()
+
+    def start(self, request: pb.StartProcess) -> subprocess.Popen | ForkedProcess:
+        argv, env, log_path = list(request.argv), _merged_env(dict(request.env)), Path(request.log_path)
+        module = preloaded_module(argv, request.preload) if self._forking else None
+        if module is not None:
+            key = (tuple(request.preload), frozenset(env.items()))
+            try:
+                server = self._servers.get(key)
+                if server is None or not server.alive():
+                    server = self._servers[key] = ForkServer(request.preload, env)
+                return server.start(module, argv[3:], log_path)
+            except ForkServerError as e:
+                log.warning("%s; starting processes afresh", e)
+                self._forking = False
+        return start_local(argv, env, log_path)
+
+    def close(self) -> None:
+        for server in self._servers.values():
+            server.close()
+
+
+def _stop_all(procs: dict[int, subprocess.Popen | ForkedProcess]) -> None:
     for p in procs.values():
         if p.poll() is None:
             try:
@@ -281,7 +312,8 @@ def run_agent(address: str, token: str, *, role: str, index: int, node: str, tas
     channel = grpc.insecure_channel(address)
     stub = pb_grpc.AgentsStub(channel)
     meta = ((TOKEN_METADATA_KEY, token),)
-    procs: dict[int, subprocess.Popen] = {}
+    procs: dict[int, subprocess.Popen | ForkedProcess] = {}
+    launcher = _NodeLauncher()
     exits: list[pb.ProcessExit] = []
     joined = False
     last_ok = time.monotonic()
@@ -303,7 +335,7 @@ def run_agent(address: str, token: str, *, role: str, index: int, node: str, tas
                 continue
             joined, last_ok, exits = True, time.monotonic(), []
             for s in reply.starts:
-                procs[s.key] = start_local(list(s.argv), _merged_env(dict(s.env)), Path(s.log_path))
+                procs[s.key] = launcher.start(s)
             for sig in reply.signals:
                 p = procs.get(sig.key)
                 if p is not None and p.poll() is None:
@@ -321,4 +353,5 @@ def run_agent(address: str, token: str, *, role: str, index: int, node: str, tas
             time.sleep(POLL_INTERVAL_S)
     finally:
         _stop_all(procs)
+        launcher.close()
         channel.close()

@@ -18,7 +18,7 @@ from prism.coordinator.payloads import PayloadPolicy, PayloadStore
 from prism.coordinator.state import RunState
 from prism.core.errors import PrismError, RankFailedError
 from prism.core.hosts import use_process_host
-from prism.core.supervise import Supervisor
+from prism.core.supervise import Supervisor, package_env
 from prism.rpc import CoordinatorClient, CoordinatorServer
 from prism.rpc.agents import AgentPool, run_agent
 
@@ -140,6 +140,44 @@ def test_a_killed_agent_is_a_lost_node_named_in_the_failure_and_its_processes_di
         assert "has not called the head for" in err.value.traceback_text
         _, alive = psutil.wait_procs(children, timeout=5)
         assert alive == []  # the agent's processes die with it (PR_SET_PDEATHSIG)
+    finally:
+        agent.kill()
+        agent.wait()
+
+
+PROBE = """
+import os, sys
+print(os.getpid(), os.getppid(), flush=True)
+if sys.argv[1:] == ["fail"]:
+    raise RuntimeError("the probe failed on purpose")
+"""
+
+
+def test_an_agent_forks_preloaded_modules_from_a_server_of_its_node_that_ends_with_it(pool, tmp_path):
+    (tmp_path / "mod").mkdir()
+    (tmp_path / "mod" / "prism_agent_probe.py").write_text(PROBE)
+    env = package_env({"PYTHONPATH": str(tmp_path / "mod")})
+    agent = subprocess.Popen([sys.executable, "-c", AGENT, f"127.0.0.1:{pool.port}"], env=env)
+    try:
+        pool.wait_for_agents({"sandbox": 1}, timeout_s=30)
+        probe = [sys.executable, "-m", "prism_agent_probe"]
+        with use_process_host(pool), Supervisor(error_dir=tmp_path, log_dir=tmp_path / "logs",
+                                                preload=("prism_agent_probe",)) as sup:
+            sup.start(0, probe, env)
+            sup.start(1, probe, env)
+            sup.wait_all(timeout_s=30)
+            (pid0, ppid0), (pid1, ppid1) = (
+                map(int, (tmp_path / "logs" / f"rank-0000{r}.log").read_text().split()) for r in (0, 1))
+            server = psutil.Process(ppid0)
+            assert ppid1 == ppid0 and server.parent().pid == agent.pid  # one server of the agent's node
+            assert "prism.core.forkserver" in " ".join(server.cmdline())
+            sup.start(2, [*probe, "fail"], env)
+            with pytest.raises(RankFailedError) as err:
+                sup.wait_all(timeout_s=30)
+            assert err.value.exit_code == 1 and "the probe failed on purpose" in err.value.traceback_text
+        pool.close("done")
+        assert agent.wait(timeout=20) == 0
+        assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
     finally:
         agent.kill()
         agent.wait()

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x61gents.proto\x12\x0fprism.agents.v1\"(\n\x0bProcessExit\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\"\x91\x01\n\x0bPollRequest\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x0b\n\x03pid\x18\x04 \x01(\x03\x12\x0c\n\x04task\x18\x05 \x01(\x05\x12+\n\x05\x65xits\x18\x06 \x03(\x0b\x32\x1c.prism.agents.v1.ProcessExit\x12\x0f\n\x07started\x18\x07 \x03(\x03\"\x9c\x01\n\x0cStartProcess\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\x0c\n\x04\x61rgv\x18\x02 \x03(\t\x12\x33\n\x03\x65nv\x18\x03 \x03(\x0b\x32&.prism.agents.v1.StartProcess.EnvEntry\x12\x10\n\x08log_path\x18\x04 \x01(\t\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\",\n\rSignalProcess\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\x0e\n\x06signal\x18\x02 \x01(\x05\"\x8e\x01\n\tPollReply\x12-\n\x06starts\x18\x01 \x03(\x0b\x32\x1d.prism.agents.v1.StartProcess\x12/\n\x07signals\x18\x02 \x03(\x0b\x32\x1e.prism.agents.v1.SignalProcess\x12\x0c\n\x04stop\x18\x03 \x01(\x08\x12\x13\n\x0bstop_reason\x18\x04 \x01(\t2J\n\x06\x41gents\x12@\n\x04Poll\x12\x1c.prism.agents.v1.PollRequest\x1a\x1a.prism.agents.v1.PollReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x61gents.proto\x12\x0fprism.agents.v1\"(\n\x0bProcessExit\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\"\x91\x01\n\x0bPollRequest\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x0b\n\x03pid\x18\x04 \x01(\x03\x12\x0c\n\x04task\x18\x05 \x01(\x05\x12+\n\x05\x65xits\x18\x06 \x03(\x0b\x32\x1c.prism.agents.v1.ProcessExit\x12\x0f\n\x07started\x18\x07 \x03(\x03\"\xad\x01\n\x0cStartProcess\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\x0c\n\x04\x61rgv\x18\x02 \x03(\t\x12\x33\n\x03\x65nv\x18\x03 \x03(\x0b\x32&.prism.agents.v1.StartProcess.EnvEntry\x12\x10\n\x08log_path\x18\x04 \x01(\t\x12\x0f\n\x07preload\x18\x05 \x03(\t\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\",\n\rSignalProcess\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\x0e\n\x06signal\x18\x02 \x01(\x05\"\x8e\x01\n\tPollReply\x12-\n\x06starts\x18\x01 \x03(\x0b\x32\x1d.prism.agents.v1.StartProcess\x12/\n\x07signals\x18\x02 \x03(\x0b\x32\x1e.prism.agents.v1.SignalProcess\x12\x0c\n\x04stop\x18\x03 \x01(\x08\x12\x13\n\x0bstop_reason\x18\x04 \x01(\t2J\n\x06\x41gents\x12@\n\x04Poll\x12\x1c.prism.agents.v1.PollRequest\x1a\x1a.prism.agents.v1.PollReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,13 +38,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_POLLREQUEST']._serialized_start=76
   _globals['_POLLREQUEST']._serialized_end=221
   _globals['_STARTPROCESS']._serialized_start=224
-  _globals['_STARTPROCESS']._serialized_end=380
-  _globals['_STARTPROCESS_ENVENTRY']._serialized_start=338
-  _globals['_STARTPROCESS_ENVENTRY']._serialized_end=380
-  _globals['_SIGNALPROCESS']._serialized_start=382
-  _globals['_SIGNALPROCESS']._serialized_end=426
-  _globals['_POLLREPLY']._serialized_start=429
-  _globals['_POLLREPLY']._serialized_end=571
-  _globals['_AGENTS']._serialized_start=573
-  _globals['_AGENTS']._serialized_end=647
+  _globals['_STARTPROCESS']._serialized_end=397
+  _globals['_STARTPROCESS_ENVENTRY']._serialized_start=355
+  _globals['_STARTPROCESS_ENVENTRY']._serialized_end=397
+  _globals['_SIGNALPROCESS']._serialized_start=399
+  _globals['_SIGNALPROCESS']._serialized_end=443
+  _globals['_POLLREPLY']._serialized_start=446
+  _globals['_POLLREPLY']._serialized_end=588
+  _globals['_AGENTS']._serialized_start=590
+  _globals['_AGENTS']._serialized_end=664
 # @@protoc_insertion_point(module_scope)

@@ -33,7 +33,7 @@ class PollRequest(_message.Message):
     def __init__(self, role: _Optional[str] = ..., index: _Optional[int] = ..., node: _Optional[str] = ..., pid: _Optional[int] = ..., task: _Optional[int] = ..., exits: _Optional[_Iterable[_Union[ProcessExit, _Mapping]]] = ..., started: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StartProcess(_message.Message):
-    __slots__ = ("key", "argv", "env", "log_path")
+    __slots__ = ("key", "argv", "env", "log_path", "preload")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -45,11 +45,13 @@ class StartProcess(_message.Message):
     ARGV_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
     LOG_PATH_FIELD_NUMBER: _ClassVar[int]
+    PRELOAD_FIELD_NUMBER: _ClassVar[int]
     key: int
     argv: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.ScalarMap[str, str]
     log_path: str
-    def __init__(self, key: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., log_path: _Optional[str] = ...) -> None: ...
+    preload: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, key: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., log_path: _Optional[str] = ..., preload: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SignalProcess(_message.Message):
     __slots__ = ("key", "signal")
