@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import EXAMPLES, processes_tagged
 
-pytestmark = [pytest.mark.timeout(200), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(200), pytest.mark.slow, pytest.mark.xdist_group("slurm")]  # one cluster per worker
 
 
 def _on_node(tag: str, node: str, needle: str) -> list[psutil.Process]:

@@ -20,7 +20,7 @@ from prism.graph.compare import compare_comm_sequences
 from prism.graph.io import read_graph
 from tests.conftest import EXAMPLES
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]  # one cluster per worker
 
 JOB_LIMIT_S = 240  # sbatch --wait; Slurm's own --time limit ends a hung job first
 SMALL = os.environ.get("PRISM_SLURM_SMALL") == "1"
