@@ -189,12 +189,17 @@ class ForkServer:
     def alive(self) -> bool:
         return not self._closed and self._proc.poll() is None
 
+    def idle(self) -> bool:
+        """No child of this server is running (closing it would stop none)."""
+        self.drain(0.0)
+        return self._children <= set(self.codes)
+
     def _died_text(self) -> str:
         tail = self._log_path.read_text(errors="replace")[-2000:] if self._log_path.exists() else ""
         return f"the fork server exited (code {self._proc.poll()})" + (f"; its output:\n{tail}" if tail else "")
 
     def close(self) -> None:
-        """End the server (a child still running dies with it)."""
+        """End the server (a child still running dies with it, and is reported killed)."""
         if self._proc.stdin.closed:
             return
         with contextlib.suppress(OSError):
@@ -205,6 +210,11 @@ class ForkServer:
             self._proc.kill()
             self._proc.wait()
         with self._lock:
+            with contextlib.suppress(OSError):  # the exits it reported before it ended
+                while not self._closed and select.select([self._replies_r], [], [], 0)[0]:
+                    self._read()
+            for pid in self._children - set(self.codes):  # else a wait on one would never end
+                self.codes[pid] = -signal.SIGKILL
             with contextlib.suppress(OSError):
                 os.close(self._replies_r)
             self._closed = True

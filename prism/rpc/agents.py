@@ -256,8 +256,11 @@ def _merged_env(theirs: dict[str, str]) -> dict[str, str]:
 
 class _NodeLauncher:
     """Starts the head's processes on this node: a preloaded ``python -m`` process forks from a
-    fork server of this node (one per preload and environment, ended with the agent), the rest
-    start afresh; so does everything after a server failed."""
+    fork server of this node (one per preload and environment, ended with the agent; beyond
+    ``_MAX_SERVERS`` the idle ones are ended), the rest start afresh; so does everything after a
+    server failed."""
+
+    _MAX_SERVERS = 4
 
     def __init__(self) -> None:
         self._servers: dict[tuple, ForkServer] = {}
@@ -271,12 +274,23 @@ class _NodeLauncher:
             try:
                 server = self._servers.get(key)
                 if server is None or not server.alive():
+                    self._end_idle_servers()
                     server = self._servers[key] = ForkServer(request.preload, env)
                 return server.start(module, argv[3:], log_path)
             except ForkServerError as e:
                 log.warning("%s; starting processes afresh", e)
                 self._forking = False
         return start_local(argv, env, log_path)
+
+    def _end_idle_servers(self) -> None:
+        """Room for one more server: the oldest idle ones end (a server holds torch's imports)."""
+        for key in [k for k, s in self._servers.items() if not s.alive()]:
+            self._servers.pop(key).close()
+        for key in list(self._servers):
+            if len(self._servers) < self._MAX_SERVERS:
+                break
+            if self._servers[key].idle():
+                self._servers.pop(key).close()
 
     def close(self) -> None:
         for server in self._servers.values():

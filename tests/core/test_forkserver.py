@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from prism.core.errors import RankFailedError
-from prism.core.forkserver import close_shared_servers
+from prism.core.forkserver import ForkServer, close_shared_servers
 from prism.core.supervise import Supervisor, package_env
 
 MODULE = "prism_fs_probe"
@@ -168,3 +168,13 @@ def test_a_supervisor_off_the_main_thread_forks_from_a_server_of_its_own_and_end
     t.join(timeout=60)
     assert seen["ppid"] != os.getpid()  # forked by a server
     assert not tagged(tmp_path.name)  # which ended with its supervisor: no shared server was started
+
+
+def test_closing_a_server_stops_its_running_child_and_reports_it_killed(probe):
+    tmp_path, env = probe
+    server = ForkServer((MODULE,), env)
+    child = server.start(MODULE, ["--sleep"], tmp_path / "logs" / "sleeper.log")
+    assert child.poll() is None
+    server.close()
+    assert child.wait(timeout=5) == -signal.SIGKILL  # a wait on it ends
+    assert not psutil.pid_exists(child.pid) or psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE

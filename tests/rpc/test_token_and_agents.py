@@ -147,9 +147,10 @@ def test_a_killed_agent_is_a_lost_node_named_in_the_failure_and_its_processes_di
 
 PROBE = """
 import os, sys
-print(os.getpid(), os.getppid(), flush=True)
-if sys.argv[1:] == ["fail"]:
-    raise RuntimeError("the probe failed on purpose")
+if __name__ == "__main__":  # a fork server imports the module once before it runs it
+    print(os.getpid(), os.getppid(), flush=True)
+    if sys.argv[1:] == ["fail"]:
+        raise RuntimeError("the probe failed on purpose")
 """
 
 
@@ -178,6 +179,36 @@ def test_an_agent_forks_preloaded_modules_from_a_server_of_its_node_that_ends_wi
         pool.close("done")
         assert agent.wait(timeout=20) == 0
         assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
+    finally:
+        agent.kill()
+        agent.wait()
+
+
+def test_an_agent_keeps_at_most_four_fork_servers_and_ends_only_idle_ones(pool, tmp_path):
+    (tmp_path / "mod").mkdir()
+    (tmp_path / "mod" / "prism_agent_probe.py").write_text(
+        "import sys, time\nif __name__ == '__main__':\n    time.sleep(float(sys.argv[1]))\n")
+    base = package_env({"PYTHONPATH": str(tmp_path / "mod")})
+    agent = subprocess.Popen([sys.executable, "-c", AGENT, f"127.0.0.1:{pool.port}"], env=base)
+    try:
+        pool.wait_for_agents({"sandbox": 1}, timeout_s=30)
+        probe = [sys.executable, "-m", "prism_agent_probe"]
+        with use_process_host(pool), Supervisor(error_dir=tmp_path, log_dir=tmp_path / "logs",
+                                                preload=("prism_agent_probe",)) as sup:
+            sleeper = sup.start(0, [*probe, "60"], {**base, "PROBE_ENV": "busy"})
+            for i in range(1, 6):  # a server per environment; each launch ends before the next
+                sup.start(i, [*probe, "0"], {**base, "PROBE_ENV": str(i)})
+                deadline = time.monotonic() + 30
+                while sup.procs[i].poll() is None:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+            servers = [p for p in psutil.Process(agent.pid).children()
+                       if "prism.core.forkserver" in " ".join(p.cmdline())]
+            assert len(servers) <= 4
+            assert sleeper.poll() is None  # its server was busy: kept
+            sup.kill_all()
+        pool.close("done")
+        assert agent.wait(timeout=20) == 0
     finally:
         agent.kill()
         agent.wait()
