@@ -146,69 +146,71 @@ def test_a_killed_agent_is_a_lost_node_named_in_the_failure_and_its_processes_di
 
 
 PROBE = """
-import os, sys
+import os, sys, time
 if __name__ == "__main__":  # a fork server imports the module once before it runs it
     print(os.getpid(), os.getppid(), flush=True)
     if sys.argv[1:] == ["fail"]:
         raise RuntimeError("the probe failed on purpose")
+    if sys.argv[1:]:
+        time.sleep(float(sys.argv[1]))
 """
+PROBE_ARGV = [sys.executable, "-m", "prism_agent_probe"]
 
 
-def test_an_agent_forks_preloaded_modules_from_a_server_of_its_node_that_ends_with_it(pool, tmp_path):
+@pytest.fixture
+def probe_agent(pool, tmp_path):
+    """A sandbox agent in a process of its own, whose environment imports PROBE as
+    ``prism_agent_probe``: (the agent, that environment)."""
     (tmp_path / "mod").mkdir()
     (tmp_path / "mod" / "prism_agent_probe.py").write_text(PROBE)
     env = package_env({"PYTHONPATH": str(tmp_path / "mod")})
     agent = subprocess.Popen([sys.executable, "-c", AGENT, f"127.0.0.1:{pool.port}"], env=env)
     try:
         pool.wait_for_agents({"sandbox": 1}, timeout_s=30)
-        probe = [sys.executable, "-m", "prism_agent_probe"]
-        with use_process_host(pool), Supervisor(error_dir=tmp_path, log_dir=tmp_path / "logs",
-                                                preload=("prism_agent_probe",)) as sup:
-            sup.start(0, probe, env)
-            sup.start(1, probe, env)
+        yield agent, env
+    finally:
+        agent.kill()
+        agent.wait()
+
+
+def probe_supervisor(tmp_path) -> Supervisor:
+    return Supervisor(error_dir=tmp_path, log_dir=tmp_path / "logs", preload=("prism_agent_probe",))
+
+
+def test_an_agent_forks_preloaded_modules_from_a_server_of_its_node_that_ends_with_it(pool, probe_agent, tmp_path):
+    agent, env = probe_agent
+    with use_process_host(pool), probe_supervisor(tmp_path) as sup:
+        sup.start(0, PROBE_ARGV, env)
+        sup.start(1, PROBE_ARGV, env)
+        sup.wait_all(timeout_s=30)
+        (pid0, ppid0), (pid1, ppid1) = (
+            map(int, (tmp_path / "logs" / f"rank-0000{r}.log").read_text().split()) for r in (0, 1))
+        server = psutil.Process(ppid0)
+        assert ppid1 == ppid0 and server.parent().pid == agent.pid  # one server of the agent's node
+        assert "prism.core.forkserver" in " ".join(server.cmdline())
+        sup.start(2, [*PROBE_ARGV, "fail"], env)
+        with pytest.raises(RankFailedError) as err:
             sup.wait_all(timeout_s=30)
-            (pid0, ppid0), (pid1, ppid1) = (
-                map(int, (tmp_path / "logs" / f"rank-0000{r}.log").read_text().split()) for r in (0, 1))
-            server = psutil.Process(ppid0)
-            assert ppid1 == ppid0 and server.parent().pid == agent.pid  # one server of the agent's node
-            assert "prism.core.forkserver" in " ".join(server.cmdline())
-            sup.start(2, [*probe, "fail"], env)
-            with pytest.raises(RankFailedError) as err:
-                sup.wait_all(timeout_s=30)
-            assert err.value.exit_code == 1 and "the probe failed on purpose" in err.value.traceback_text
-        pool.close("done")
-        assert agent.wait(timeout=20) == 0
-        assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
-    finally:
-        agent.kill()
-        agent.wait()
+        assert err.value.exit_code == 1 and "the probe failed on purpose" in err.value.traceback_text
+    pool.close("done")
+    assert agent.wait(timeout=20) == 0
+    assert not server.is_running() or server.status() == psutil.STATUS_ZOMBIE
 
 
-def test_an_agent_keeps_at_most_four_fork_servers_and_ends_only_idle_ones(pool, tmp_path):
-    (tmp_path / "mod").mkdir()
-    (tmp_path / "mod" / "prism_agent_probe.py").write_text(
-        "import sys, time\nif __name__ == '__main__':\n    time.sleep(float(sys.argv[1]))\n")
-    base = package_env({"PYTHONPATH": str(tmp_path / "mod")})
-    agent = subprocess.Popen([sys.executable, "-c", AGENT, f"127.0.0.1:{pool.port}"], env=base)
-    try:
-        pool.wait_for_agents({"sandbox": 1}, timeout_s=30)
-        probe = [sys.executable, "-m", "prism_agent_probe"]
-        with use_process_host(pool), Supervisor(error_dir=tmp_path, log_dir=tmp_path / "logs",
-                                                preload=("prism_agent_probe",)) as sup:
-            sleeper = sup.start(0, [*probe, "60"], {**base, "PROBE_ENV": "busy"})
-            for i in range(1, 6):  # a server per environment; each launch ends before the next
-                sup.start(i, [*probe, "0"], {**base, "PROBE_ENV": str(i)})
-                deadline = time.monotonic() + 30
-                while sup.procs[i].poll() is None:
-                    assert time.monotonic() < deadline
-                    time.sleep(0.05)
-            servers = [p for p in psutil.Process(agent.pid).children()
-                       if "prism.core.forkserver" in " ".join(p.cmdline())]
-            assert len(servers) <= 4
-            assert sleeper.poll() is None  # its server was busy: kept
-            sup.kill_all()
-        pool.close("done")
-        assert agent.wait(timeout=20) == 0
-    finally:
-        agent.kill()
-        agent.wait()
+def test_an_agent_keeps_at_most_four_fork_servers_and_ends_only_idle_ones(pool, probe_agent, tmp_path):
+    agent, env = probe_agent
+    with use_process_host(pool), probe_supervisor(tmp_path) as sup:
+        sleeper = sup.start(0, [*PROBE_ARGV, "60"], {**env, "PROBE_ENV": "busy"})
+        for i in range(1, 6):  # a server per environment; each launch ends before the next
+            sup.start(i, PROBE_ARGV, {**env, "PROBE_ENV": str(i)})
+            deadline = time.monotonic() + 30
+            while sup.procs[i].poll() is None:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        servers = [p for p in psutil.Process(agent.pid).children()
+                   if "prism.core.forkserver" in " ".join(p.cmdline())]
+        assert len(servers) <= 4
+        assert sleeper.poll() is None  # its server was busy: kept
+        sup.kill_all()
+    pool.close("done")
+    assert agent.wait(timeout=20) == 0
