@@ -3,7 +3,8 @@
 A rank worker spends ~1.5 s of CPU importing torch before the script's first line; a run of W ranks
 on a small host pays it W times (8 ranks on 2 cores: ~6 s of a launch). Through a fork server it is
 paid once per command (the supervisors of a process's main thread share a server per environment,
-:func:`shared_server`; a supervisor of another thread starts its own): the server
+:func:`shared_server`; a supervisor of another thread keeps its own; each holder keeps them in a
+:class:`ForkServerPool`, which ends idle servers beyond its limit and never a busy one): the server
 (``python -m prism.core.forkserver MODULE...``) imports the modules, then for each request forks a child that becomes ``python -m MODULE ARGS`` as a process
 started afresh would: its own session, dying with its parent (PR_SET_PDEATHSIG), output to its log,
 stdin from /dev/null, the request's working directory, fresh random state, default signal handlers.
@@ -42,7 +43,8 @@ from pathlib import Path
 
 from .hosts import die_with_parent, start_local
 
-__all__ = ["ForkServer", "ForkedProcess", "ForkServerError", "fork_server_enabled", "shared_server", "close_shared_servers"]
+__all__ = ["ForkServer", "ForkServerPool", "ForkedProcess", "ForkServerError", "fork_server_enabled", "shared_server",
+           "close_shared_servers"]
 
 log = logging.getLogger(__name__)
 
@@ -222,38 +224,75 @@ class ForkServer:
             self._log_path.unlink(missing_ok=True)
 
 
+class ForkServerPool:
+    """Fork servers kept for later starts, one per preload and environment (a server holds its
+    preloaded imports, torch's ~1.5 s of CPU). A new server first ends the dead ones, then the
+    least recently used idle ones until there is room for it under ``max_servers``. A busy server
+    is never ended (its running children would die with it): while all are busy, the pool holds
+    more than ``max_servers``. Thread-safe: :meth:`start` holds the pool until its child runs, so no
+    other thread ends that server while it is idle in between."""
+
+    def __init__(self, max_servers: int = 4) -> None:
+        self.max_servers = max_servers
+        self._servers: OrderedDict[tuple[tuple[str, ...], frozenset[tuple[str, str]]], ForkServer] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, preload: Sequence[str], env: dict[str, str]) -> ForkServer:
+        """The live server of ``preload`` and ``env``, started if there is none (a dead one is replaced)."""
+        with self._lock:
+            return self._get(preload, env)
+
+    def start(self, preload: Sequence[str], env: dict[str, str], module: str, args: Sequence[str],
+              log_path: Path) -> ForkedProcess:
+        """``python -m module args`` forked by the server of ``preload`` and ``env``."""
+        with self._lock:
+            return self._get(preload, env).start(module, args, log_path)
+
+    def _get(self, preload: Sequence[str], env: dict[str, str]) -> ForkServer:
+        key = (tuple(preload), frozenset(env.items()))
+        server = self._servers.get(key)
+        if server is not None and server.alive():
+            self._servers.move_to_end(key)
+            return server
+        self._make_room()
+        server = self._servers[key] = ForkServer(preload, env)
+        return server
+
+    def _make_room(self) -> None:
+        for key in [k for k, s in self._servers.items() if not s.alive()]:
+            self._servers.pop(key).close()
+        for key in list(self._servers):  # least recently used first
+            if len(self._servers) < self.max_servers:
+                break
+            if self._servers[key].idle():
+                self._servers.pop(key).close()
+
+    def close(self) -> None:
+        """End every server (a child still running dies with its server)."""
+        with self._lock:
+            while self._servers:
+                self._servers.popitem()[1].close()
+
+
 _SHARED_MAX = 4
-_shared: OrderedDict[tuple, ForkServer] = OrderedDict()
-_shared_lock = threading.Lock()
+_shared = ForkServerPool(_SHARED_MAX)
 
 
 def shared_server(preload: Sequence[str], env: dict[str, str]) -> ForkServer | None:
     """This process's server for ``preload`` and ``env``, kept for later launches (a command that
     launches several times pays the server's imports once); None off the main thread: a server dies
     with the thread that started it (PR_SET_PDEATHSIG), and only the main thread lives as long as
-    the process. The last ``_SHARED_MAX`` servers are kept; all end at exit."""
+    the process. Idle servers beyond the last ``_SHARED_MAX`` end (a busy one is never ended); all
+    end at exit."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    key = (tuple(preload), frozenset(env.items()))
-    with _shared_lock:
-        server = _shared.get(key)
-        if server is not None and server.alive():
-            _shared.move_to_end(key)
-            return server
-        if server is not None:
-            _shared.pop(key).close()
-        server = _shared[key] = ForkServer(preload, env)
-        while len(_shared) > _SHARED_MAX:
-            _shared.popitem(last=False)[1].close()
-        return server
+    return _shared.get(preload, env)
 
 
 @atexit.register
 def close_shared_servers() -> None:
     """End every shared server (at exit)."""
-    with _shared_lock:
-        while _shared:
-            _shared.popitem()[1].close()
+    _shared.close()
 
 
 # ------------------------------------------------------------------------------------- server side

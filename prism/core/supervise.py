@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .errors import RankFailedError
-from .forkserver import ForkServer, ForkServerError, fork_server_enabled, fork_server_wanted, preloaded_module, shared_server
+from .forkserver import ForkServerError, ForkServerPool, fork_server_enabled, fork_server_wanted, preloaded_module, shared_server
 from .hosts import LocalHost, Process, ProcessHost, current_process_host
 from .workerspec import error_path
 
@@ -67,7 +67,7 @@ class Supervisor:
         local = isinstance(self.host, LocalHost)
         self._preload = tuple(preload) if preload and local and fork_server_enabled() else ()
         self._node_preload = tuple(preload) if preload and not local and fork_server_wanted() else ()
-        self._servers: dict[frozenset, ForkServer] = {}
+        self._servers = ForkServerPool()  # off the main thread, where shared_server gives none
 
     def start(self, rank: int, argv: Sequence[str], env: dict[str, str], *, name: str = "", role: str = "sandbox",
               slot: int | None = None) -> Process:
@@ -91,10 +91,7 @@ class Supervisor:
         try:
             server = shared_server(self._preload, env)
             if server is None:  # off the main thread: a server of this supervisor's own
-                key = frozenset(env.items())
-                server = self._servers.get(key)
-                if server is None:
-                    server = self._servers[key] = ForkServer(self._preload, env)
+                return self._servers.start(self._preload, env, module, argv[3:], log_path)
             return server.start(module, argv[3:], log_path)
         except ForkServerError as e:
             log.warning("%s; starting processes afresh", e)
@@ -199,9 +196,7 @@ class Supervisor:
 
     def close(self) -> None:
         self.kill_all()
-        for server in self._servers.values():  # a shared server (forkserver.shared_server) stays
-            server.close()
-        self._servers.clear()
+        self._servers.close()  # a shared server (forkserver.shared_server) stays
 
     def __enter__(self) -> Supervisor:
         return self

@@ -27,7 +27,7 @@ from pathlib import Path
 import grpc
 
 from prism.core.errors import PrismError
-from prism.core.forkserver import ForkedProcess, ForkServer, ForkServerError, fork_server_enabled, preloaded_module
+from prism.core.forkserver import ForkedProcess, ForkServerError, ForkServerPool, fork_server_enabled, preloaded_module
 from prism.core.hosts import LocalHost, start_local
 
 from ._pb import agents_pb2 as pb
@@ -257,44 +257,28 @@ def _merged_env(theirs: dict[str, str]) -> dict[str, str]:
 class _NodeLauncher:
     """Starts the head's processes on this node: a preloaded ``python -m`` process forks from a
     fork server of this node (one per preload and environment, ended with the agent; beyond
-    ``_MAX_SERVERS`` the idle ones are ended), the rest start afresh; so does everything after a
-    server failed."""
+    ``_MAX_SERVERS`` the least recently used idle ones end, a busy one never: :class:`ForkServerPool`),
+    the rest start afresh; so does everything after a server failed."""
 
     _MAX_SERVERS = 4
 
     def __init__(self) -> None:
-        self._servers: dict[tuple, ForkServer] = {}
+        self._servers = ForkServerPool(self._MAX_SERVERS)
         self._forking = fork_server_enabled()
 
     def start(self, request: pb.StartProcess) -> subprocess.Popen | ForkedProcess:
         argv, env, log_path = list(request.argv), _merged_env(dict(request.env)), Path(request.log_path)
         module = preloaded_module(argv, request.preload) if self._forking else None
         if module is not None:
-            key = (tuple(request.preload), frozenset(env.items()))
             try:
-                server = self._servers.get(key)
-                if server is None or not server.alive():
-                    self._end_idle_servers()
-                    server = self._servers[key] = ForkServer(request.preload, env)
-                return server.start(module, argv[3:], log_path)
+                return self._servers.start(request.preload, env, module, argv[3:], log_path)
             except ForkServerError as e:
                 log.warning("%s; starting processes afresh", e)
                 self._forking = False
         return start_local(argv, env, log_path)
 
-    def _end_idle_servers(self) -> None:
-        """Room for one more server: the oldest idle ones end (a server holds torch's imports)."""
-        for key in [k for k, s in self._servers.items() if not s.alive()]:
-            self._servers.pop(key).close()
-        for key in list(self._servers):
-            if len(self._servers) < self._MAX_SERVERS:
-                break
-            if self._servers[key].idle():
-                self._servers.pop(key).close()
-
     def close(self) -> None:
-        for server in self._servers.values():
-            server.close()
+        self._servers.close()
 
 
 def _stop_all(procs: dict[int, subprocess.Popen | ForkedProcess]) -> None:

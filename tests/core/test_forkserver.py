@@ -2,7 +2,8 @@
 afresh: the module runs as ``__main__`` with its arguments, in its own session, output in its log,
 its title the command it stands for, its environment intact; a failure, a kill and the server's
 death are reported as they would be, and nothing is left behind. Supervisors of the main thread
-share a server (a command that launches several times imports once); it ends at exit."""
+share a server (a command that launches several times imports once); it ends at exit. A pool of
+servers ends idle ones to make room, never a busy one."""
 
 import json
 import os
@@ -15,7 +16,7 @@ import psutil
 import pytest
 
 from prism.core.errors import RankFailedError
-from prism.core.forkserver import ForkServer, close_shared_servers
+from prism.core.forkserver import ForkServer, ForkServerPool, close_shared_servers
 from prism.core.supervise import Supervisor, package_env
 
 MODULE = "prism_fs_probe"
@@ -31,6 +32,9 @@ PROBE = textwrap.dedent("""
             raise RuntimeError("the probe failed on purpose")
         if "--sleep" in sys.argv:
             time.sleep(60)
+        if "--until" in sys.argv:  # a file appears
+            while not os.path.exists(sys.argv[sys.argv.index("--until") + 1]):
+                time.sleep(0.02)
         return int(sys.argv[-1]) if sys.argv[-1].isdigit() else 0
 
     if __name__ == "__main__":
@@ -178,3 +182,31 @@ def test_closing_a_server_stops_its_running_child_and_reports_it_killed(probe):
     server.close()
     assert child.wait(timeout=5) == -signal.SIGKILL  # a wait on it ends
     assert not psutil.pid_exists(child.pid) or psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_full_pool_ends_its_least_recently_used_idle_server_and_never_a_busy_one(probe):
+    tmp_path, env = probe
+    pool = ForkServerPool(max_servers=2)
+    try:
+        busy, idle = (pool.get((MODULE,), {**env, "PROBE_ENV": name}) for name in ("busy", "idle"))
+        release = tmp_path / "release"
+        child = busy.start(MODULE, ["--until", str(release)], tmp_path / "logs" / "busy.log")
+        third = pool.get((MODULE,), {**env, "PROBE_ENV": "third"})  # the busy server is the oldest
+        assert not idle.alive() and busy.alive() and third.alive()
+        assert child.poll() is None
+        assert pool.get((MODULE,), {**env, "PROBE_ENV": "busy"}) is busy
+        release.touch()
+        assert child.wait(timeout=30) == 0
+
+        orphan = third.start(MODULE, ["--sleep"], tmp_path / "logs" / "orphan.log")
+        psutil.Process(orphan.pid).parent().kill()
+        deadline = time.monotonic() + 10
+        while third.alive():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        again = pool.get((MODULE,), {**env, "PROBE_ENV": "third"})  # a dead server is replaced
+        assert again is not third and again.alive()
+        assert orphan.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        pool.close()
+    assert not busy.alive() and not again.alive()
