@@ -55,6 +55,12 @@ HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "_op_loop.py"
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
 ITERS = {4096: 20, 65536: 20, 1048576: 10, 16777216: 3}
+"""Timed iterations per size; a size between two keys takes the smaller key's count."""
+
+
+def iterations(size: int, scale: float) -> int:
+    key = max((s for s in ITERS if s <= size), default=min(ITERS))
+    return max(1, round(ITERS[key] * scale))
 
 
 def _times(out: Path, ranks) -> dict[str, list[float]]:
@@ -70,7 +76,7 @@ def _times(out: Path, ranks) -> dict[str, list[float]]:
 def measure_size(world: int, size: int, sandboxes: list[tuple[int, ...]], work: Path, timeout_s: float,
                  ops: str = ",".join(OPS), iters_scale: float = 1.0, device_paths: tuple[str, ...] = ("host",)) -> dict:
     times_dir = work / "times"
-    iters = max(1, round(ITERS.get(size, 5) * iters_scale))
+    iters = iterations(size, iters_scale)
     args = ["--ops", ops, "--sizes", str(size), "--iters", str(iters), "--out", str(times_dir)]
     job = job_from_dict({"name": f"op-overhead-{size}", "entrypoint": str(SCRIPT), "args": args,
                          "world_size": world, "ranks_per_node": world, "device": "cpu"}, base_dir=str(HERE))
