@@ -3,7 +3,7 @@
 The synthetic timing job (sleep compute, dp x pp 1F1B, 8 microbatches, fwd 10 / bwd 20 ms, stage 2
 x1.5 slower, DP replica 1 x1.2 slower) is recorded for real (all W ranks, gloo), captured once
 (recorded data), calibrated slice by slice (``--slice-size`` S, default 2, ``prism calibrate``; each slice measured twice, each node
-keeping its shortest take) and emulated with 2 sandbox
+taking its median over the takes) and emulated with 2 sandbox
 ranks while the other W − 2 ranks are vranks on the timed co-simulation clock. The sandbox is
 stage 1 of replica 0 (rank dp) and the slowest rank (stage 2 of replica 1, rank 2·dp + 1).
 
@@ -295,7 +295,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="emulations per shape; per-step medians are compared")
     p.add_argument("--real-repeats", type=int, default=3, help="real runs per shape; per-step medians are the truth")
     p.add_argument("--calibration-repeats", type=int, default=2,
-                   help="takes of each calibration slice (each node keeps its shortest)")
+                   help="takes of each calibration slice (each node takes its median)")
     p.add_argument("--slice-size", type=int, default=2,
                    help="real ranks per calibration slice (2 on a 2-core host; more where cores allow)")
     p.add_argument("--asap", action="store_true", help="also run one ASAP emulation (no timed graph)")

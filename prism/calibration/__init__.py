@@ -2,7 +2,7 @@
 onto the bare graph, and inter-slice calibration (DESIGN §7)."""
 
 from .calibrate import CalibrationReport, RankCalibration, calibrate
-from .merge import apply_measurements, fastest_of, segments, settle_warmup, typical_steps
+from .merge import apply_measurements, median_of_takes, segments, settle_warmup, typical_steps
 from .slices import plan_slices, representatives
 
 __all__ = [
@@ -10,7 +10,7 @@ __all__ = [
     "RankCalibration",
     "apply_measurements",
     "calibrate",
-    "fastest_of",
+    "median_of_takes",
     "plan_slices",
     "representatives",
     "segments",

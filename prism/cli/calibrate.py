@@ -25,8 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slice-size", type=positive_int, default=2, help="ranks that run for real in each slice (S)")
     p.add_argument("--skip", type=non_negative_int, default=None, help="warmup steps left out (default: iterations.warmup)")
     p.add_argument("--repeats", type=positive_int, default=1, metavar="N",
-                   help="run each slice N times and keep each node's shortest duration: on a shared host other load "
-                        "only lengthens a span (default 1)")
+                   help="run each slice N times; each node takes its median duration over the takes (default 1)")
     add_timeout_argument(p, default_s=600.0, what="each slice (and the capture run)")
     p.add_argument("--json", dest="json_out", default=None, help="also write the per-rank rows as JSON here")
     add_device_arguments(p)

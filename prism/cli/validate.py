@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_force_argument(p)
     p.add_argument("--slice-size", type=positive_int, default=2, help="ranks per calibration slice")
     p.add_argument("--calibration-repeats", type=positive_int, default=1, metavar="N",
-                   help="run each calibration slice N times, keeping each node's shortest duration (default 1)")
+                   help="run each calibration slice N times, each node taking its median duration over the takes (default 1)")
     add_timeout_argument(p, default_s=600.0, what="each run (record, capture, each calibration slice, emulate)")
     p.add_argument("--no-torch-fake", action="store_true", help="leave out the fake process group column")
     p.add_argument("--json", dest="json_out", default=None, help="write the comparison as JSON here")

@@ -87,6 +87,7 @@ def _make_engine(spec: WorkerSpec) -> CommEngine:
             device_index=spec.shim.local_rank,
             graph_dir=opts.get("graph_dir") or None,
             connect_groups=json.loads(opts.get("connect_groups") or "[]"),
+            eager_completion=opts.get("completion") == "eager",
         )
     if name == "recorded":
         from .engines.recorded import RecordedEngine, ReplayOptions

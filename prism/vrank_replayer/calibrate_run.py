@@ -11,8 +11,10 @@
    nodes (its ``RankRecord``, ``rank-R.pkl``) are its timing measurement.
 3. :func:`~prism.calibration.typical_steps` gives each steady-step node its median over the
    slice's measured steps (one step's burst of external load is not a slow step of the
-   prediction); with ``repeats`` > 1, :func:`~prism.calibration.fastest_of` keeps each node's
-   shortest duration over the slice's takes. :func:`~prism.calibration.apply_measurements` moves
+   prediction); with ``repeats`` > 1, :func:`~prism.calibration.median_of_takes` gives each node
+   its median over the slice's takes. The slices complete every op as soon as the backend has
+   (``EmulateOptions.eager_completion``), so an op's duration ends there and not at a wait the
+   script makes after its compute. :func:`~prism.calibration.apply_measurements` moves
    the measurements onto the structure graph (``bare`` when collected, else ``real``),
    :func:`~prism.calibration.settle_warmup` gives the warm-up steps' comm ops their steady-state
    durations (a slice's first op on a group also connects its transport) and
@@ -38,7 +40,7 @@ from prism.calibration import (
     CalibrationReport,
     apply_measurements,
     calibrate,
-    fastest_of,
+    median_of_takes,
     plan_slices,
     representatives,
     settle_warmup,
@@ -137,8 +139,7 @@ def calibrate_run(
 ) -> CalibrateResult:
     """Run the timing slices of RUN and write RUN/graph/timed (module docstring).
 
-    ``repeats``: run each slice that many times and keep each node's shortest duration (on a
-    shared host, other load only lengthens spans). ``on_slice(done, total, ranks)`` is called
+    ``repeats``: run each slice that many times; each node takes its median over the takes. ``on_slice(done, total, ranks)`` is called
     before each slice (done = slices finished) and once at the end. ``device``: the
     :class:`EmulateOptions` layout fields (device_path, sandbox_gpus, assistant_gpus): the slices run
     on the same data path as the emulation."""
@@ -168,7 +169,7 @@ def calibrate_run(
         for k in range(max(1, repeats)):
             out = run.root / "calibration" / (f"slice-{i:03d}" if k == 0 else f"slice-{i:03d}-{k}")
             emulate(run.root, EmulateOptions(ranks=ranks, graph_kind=kind, out_dir=str(out), timeout_s=timeout_s,
-                                             memory="untracked", phase=f"calibrate/{out.name}",
+                                             memory="untracked", phase=f"calibrate/{out.name}", eager_completion=True,
                                              **dict(device or {})))
             for r in ranks:
                 record = _load_record(out, r)
@@ -177,7 +178,7 @@ def calibrate_run(
                     summaries[r] = dataclasses.replace(record.summary, rank=r)
                     steps[r] = tuple(record.summary.step_times_ns)
         for r in ranks:
-            measured[r] = fastest_of(takes[r])
+            measured[r] = median_of_takes(takes[r])
         results.append(SliceResult(ranks, time.time() - t0, steps))
         probes.append(probe_ms())
         log.info("slice %d/%d ranks %s: %.1f s", i + 1, len(slices), list(ranks), time.time() - t0)

@@ -114,6 +114,11 @@ class EmulateOptions:
     cap fails there (then it is the result); ``inline``: one emulation, tracked and timed (the tracker's ~5 µs
     per aten op in every step); ``untracked``: one emulation without the tracker (RSS peaks: for
     runs that only time, such as calibration slices)."""
+    eager_completion: bool = False
+    """The sandbox ranks' ops are completed by a helper thread as soon as the backend finished
+    them, so each op's duration ends at its completion and not at the script's wait for it (what
+    calibration slices measure, docs/timing.md); else, as in ``prism record``, the waiting thread
+    completes a message."""
     phase: str = ""
     """Names the run's outputs, RUN/outputs/<phase>/ (prism.core.isolation); "" = emulate/<the out dir's name>."""
     change: SandboxChange = SandboxChange()
@@ -379,6 +384,8 @@ def _emulate_once(run: RunDir, job: JobConfig, options: EmulateOptions, out: Pat
             "num_replayers": str(options.num_replayers), "recorded_dir": str(recorded),
             "capture_dir": options.capture_dir, "device_path": layout.path,
             "graph_dir": str(run.graph_dir(kind))}
+    if options.eager_completion:
+        opts["completion"] = "eager"
     # The working directory is a copy of the recorded script's folder; a what-if's changed
     # entrypoint runs from where the user put it, in that working directory.
     source_job = dataclasses.replace(job, entrypoint=run.load_job().entrypoint) if options.change.entrypoint else job

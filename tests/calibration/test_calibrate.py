@@ -7,7 +7,7 @@ import pytest
 from prism.calibration import (
     apply_measurements,
     calibrate,
-    fastest_of,
+    median_of_takes,
     plan_slices,
     representatives,
     settle_warmup,
@@ -175,8 +175,7 @@ def test_each_steady_step_takes_the_median_of_the_slices_measured_steps():
     assert typical_steps(other, skip_steps=1) == other
 
 
-def test_a_slice_measured_twice_keeps_each_nodes_shortest_take():
+def test_a_slice_measured_three_times_gives_each_node_its_median_take():
     take = "graph world_size=1 kind=real\nr0#0 COMP step=1 d={}\nr0#1 COLL barrier g0:0 step=1 d={}\n"
-    a = parse_graph(take.format(10, 7)).nodes[0]
-    b = parse_graph(take.format(12, 5)).nodes[0]  # someone else's load lengthened the compute
-    assert [n.duration_ns for n in fastest_of([a, b])] == [10, 5]
+    takes = [parse_graph(take.format(c, b)).nodes[0] for c, b in ((10, 7), (12, 5), (30, 6))]
+    assert [n.duration_ns for n in median_of_takes(takes)] == [12, 6]

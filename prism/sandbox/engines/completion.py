@@ -140,15 +140,24 @@ class WaitedFuture(torch.futures.Future):
 
 class WaiterClaims:
     """Per stream, the one op whose completion waits for its waiter; the stream's earlier ops go
-    to the helper when a later one is issued, so no op waits for a wait that comes late or never."""
+    to the helper when a later one is issued, so no op waits for a wait that comes late or never.
 
-    def __init__(self) -> None:
+    ``eager``: every op goes to its helper at once, so its completion is stamped when the backend
+    finished it, not when the script waited for it (a pipeline posts its receives early and waits
+    for them after its compute: the waiter's stamp would hold that compute). Calibration slices
+    ask for it, at the cost of two thread hand-offs per op (docs/timing.md)."""
+
+    def __init__(self, *, eager: bool = False) -> None:
         self._lock = threading.Lock()
         self._waiting: dict[Hashable, WaitedFuture] = {}
+        self.eager = eager
 
     def future(self, stream: Hashable, op: tuple, run: Callable[..., Callable[[], None]],
                hand_over: Callable[..., None]) -> WaitedFuture:
         future = WaitedFuture(self, stream, op, run, hand_over)
+        if self.eager:
+            future.hand_over()
+            return future
         with self._lock:
             earlier = self._waiting.pop(stream, None)
             self._waiting[stream] = future

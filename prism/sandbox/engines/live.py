@@ -152,6 +152,7 @@ class LiveEngine(CommEngine):
         device_index: int = 0,
         graph_dir: str | None = None,
         connect_groups: Sequence[str] | None = None,
+        eager_completion: bool = False,
     ) -> None:
         self.rank = rank
         self.sandbox = frozenset(range(world_size) if sandbox is None else sandbox)
@@ -169,7 +170,7 @@ class LiveEngine(CommEngine):
             if recorded_dir else None
         self._lock = threading.Lock()
         self._channels: dict[tuple, _Channel] = {}
-        self._claims = WaiterClaims()
+        self._claims = WaiterClaims(eager=eager_completion)
         """Per message channel, the posted send/recv that waits for its waiter."""
         self._transports: dict[str, WideTagTransport] = {}
         self._transport_locks: dict[str, threading.Lock] = {}
@@ -194,7 +195,8 @@ class LiveEngine(CommEngine):
             if device_path != "lanes":
                 # Groups of sandbox ranks only run the real backend among them (no vrank takes
                 # part): their ops are what the real job's are, on the real links.
-                self._real = PassthroughEngine(cuda_backend="nccl", timeout_s=timeout_s)
+                self._real = PassthroughEngine(cuda_backend="nccl", timeout_s=timeout_s,
+                                               eager_completion=eager_completion)
         elif device_path == "host" and self.capture_dir is None:
             # The same for a pair of sandbox ranks on the host path (a tp pair inside a calibration
             # slice): the job's own gloo op, not prism's ring steps in Python, whose per-step cost the
@@ -202,7 +204,7 @@ class LiveEngine(CommEngine):
             # timed graph against 2.3 real, session 28). Pairs only: two operands reduce to the same
             # bits in either order, so the values stay the capture's; a larger group's reduction
             # order is prism's ring's, the one the recorded data holds.
-            self._real = PassthroughEngine(cuda_backend="gloo", timeout_s=timeout_s)
+            self._real = PassthroughEngine(cuda_backend="gloo", timeout_s=timeout_s, eager_completion=eager_completion)
         self._real_groups: set[str] = set()
         self._connect_groups = frozenset(connect_groups or ())
         self._lazy: list[str] = []

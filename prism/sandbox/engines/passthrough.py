@@ -145,7 +145,7 @@ class PassthroughEngine(CommEngine):
     divides_avg = True
     """Whether ``avg`` is executed as ``sum`` then a division (the real backend lacks ``avg``)."""
 
-    def __init__(self, *, cuda_backend: str = "nccl", timeout_s: float = 300.0) -> None:
+    def __init__(self, *, cuda_backend: str = "nccl", timeout_s: float = 300.0, eager_completion: bool = False) -> None:
         assert cuda_backend in ("nccl", "gloo")
         self._cuda_backend = cuda_backend
         self._timeout = datetime.timedelta(seconds=timeout_s)
@@ -155,7 +155,7 @@ class PassthroughEngine(CommEngine):
         self._completion = CompletionThreads("prism-passthrough-wait")
         self._futureless: set[tuple] = set()
         """Kinds of (work type, op, flat, coalesced) whose gloo work has no future."""
-        self._claims = WaiterClaims()
+        self._claims = WaiterClaims(eager=eager_completion)
         """Per stream (a peer's sends, a peer's receives), the send/recv that waits for its waiter."""
         # Only where the tracked CPU peak is measured (record's memory pass): elsewhere the aliases
         # would only cost time (prism.sandbox.memory reads the same variable).

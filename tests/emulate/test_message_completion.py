@@ -1,0 +1,42 @@
+"""A message posted early and waited for after compute (tests/assets/jobs/late_wait2): ``prism
+record`` stamps its completion at the script's wait, as a plain gloo run's wait completes it, but a
+calibration slice stamps it when gloo finished it, so the timed graph holds the transfer and not
+the compute before the wait (docs/timing.md, "Messages the script waits for")."""
+
+from pathlib import Path
+
+import pytest
+
+from prism.core.config import load_job
+from prism.graph.io import read_graph
+from prism.graph.records import NodeKind
+from prism.graph.simulate import estimate_transfers
+from prism.sandbox.recording import record_job
+from prism.vrank_replayer.calibrate_run import calibrate_run
+
+pytestmark = pytest.mark.timeout(600)
+
+JOB = Path(__file__).resolve().parents[1] / "assets" / "jobs" / "late_wait2" / "job.yaml"
+MEASURED_STEPS = (1, 2)
+
+
+def early_message(graph, kind: NodeKind, rank: int):
+    """The rank's first message of each measured step (the one waited for late)."""
+    return [next(n for n in graph.nodes[rank] if n.step == s and n.kind is kind) for s in MEASURED_STEPS]
+
+
+def test_a_slice_times_a_message_to_its_completion_not_to_the_late_wait(tmp_path):
+    run = tmp_path / "run"
+    record_job(load_job(str(JOB)), run)
+    calibrate_run(run, slice_size=1, timeout_s=300)
+    real, timed = read_graph(run / "graph" / "real"), read_graph(run / "graph" / "timed")
+
+    # the real run: each side's duration runs to its wait (the sleeps before it only lengthen)
+    assert all(n.duration_ns >= 30e6 for n in early_message(real, NodeKind.SEND, 0))
+    assert all(n.duration_ns >= 60e6 for n in early_message(real, NodeKind.RECV, 1))
+    # the slices time it to its completion (its peer a vrank that answers at once), so the timed
+    # graph's transfer is gloo's and the send completes when rank 1 posts its receive, at 20 ms
+    transfers = estimate_transfers(timed).message_ns
+    sends = early_message(timed, NodeKind.SEND, 0)
+    assert all(transfers[(0, 1, n.group_id, n.seq)] < 10e6 for n in sends), transfers
+    assert all(n.duration_ns < 30e6 for n in sends), [n.duration_ns / 1e6 for n in sends]
