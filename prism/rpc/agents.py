@@ -121,12 +121,18 @@ class AgentPool:
         self._local = LocalHost()
         self._stop_reason = ""
         self._closed = threading.Event()
+        # Not SO_REUSEPORT (gRPC's default): a second head on the port (another run's, or one left
+        # behind) would take half of the agents' connections, which it refuses for their token.
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="agents"),
-                                   interceptors=[_TokenCheck(token)])
+                                   interceptors=[_TokenCheck(token)], options=[("grpc.so_reuseport", 0)])
         pb_grpc.add_AgentsServicer_to_server(_Servicer(self), self._server)
-        self.port = self._server.add_insecure_port(bind)
+        try:
+            self.port = self._server.add_insecure_port(bind)
+        except RuntimeError:  # grpcio raises where older versions returned 0
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"agents: cannot bind {bind}")
+            raise OSError(f"agents: cannot bind {bind}: the port is in use (another run's head? "
+                          "PRISM_PORT sets the head's port)")
         self._server.start()
         self._watch = threading.Thread(target=self._watch_loop, name="agents-watch", daemon=True)
         self._watch.start()

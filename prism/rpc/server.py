@@ -101,12 +101,16 @@ class CoordinatorServer:
     def __init__(self, handler: CoordinatorHandler, *, bind: str = "127.0.0.1:0", token: str = "",
                  max_workers: int = 64) -> None:
         interceptors = [_TokenCheck(token)] if token else []
+        # Not SO_REUSEPORT (gRPC's default): a second server on a fixed port would share its calls.
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="coord"),
-                                   interceptors=interceptors)
+                                   interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
         pb_grpc.add_CoordinatorServicer_to_server(_Servicer(handler), self._server)
-        port = self._server.add_insecure_port(bind)
+        try:
+            port = self._server.add_insecure_port(bind)
+        except RuntimeError:  # grpcio raises where older versions returned 0
+            port = 0
         if port == 0:
-            raise OSError(f"coordinator: cannot bind {bind}")
+            raise OSError(f"coordinator: cannot bind {bind}: the port is in use")
         host = bind.rsplit(":", 1)[0]
         if host in ("0.0.0.0", "[::]", ""):
             import socket

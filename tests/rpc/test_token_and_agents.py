@@ -87,6 +87,18 @@ def test_an_agent_with_the_wrong_token_is_refused(pool):
     assert pool.agents() == []
 
 
+def test_a_second_head_on_the_port_of_a_running_one_is_refused_naming_the_port(pool):
+    # gRPC's default SO_REUSEPORT would let it bind, and take half of the agents' connections
+    with pytest.raises(OSError, match=f"cannot bind 127.0.0.1:{pool.port}: the port is in use"):
+        AgentPool(bind=f"127.0.0.1:{pool.port}", token="other", reachable_host="127.0.0.1")
+    results = {}
+    start_agent(pool, "sandbox", 0, results)
+    deadline = time.monotonic() + 10
+    while not pool.agents():  # the first head still serves its agents
+        assert time.monotonic() < deadline and not results, results
+        time.sleep(0.05)
+
+
 def test_processes_run_on_the_agents_and_their_exit_codes_come_back(pool, tmp_path):
     results = {}
     threads = [start_agent(pool, "sandbox", i, results) for i in (0, 1)] + [start_agent(pool, "assistant", 0, results)]
