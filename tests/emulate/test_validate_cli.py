@@ -4,7 +4,7 @@ run's comm signature, their losses equal the capture run's bit for bit and the r
 both their peaks (over the measured steps, over the whole run) lie in the spread of two real runs,
 and equal them to the byte where the real runs agree — the peaks of this job do not depend on
 scheduling (docs/emulate.md, "What a rank's peak counts"); beside them, the same ranks alone under
-PyTorch's fake process group crash: the pipeline's shape exchange unpickles the zeros it got."""
+PyTorch's fake process group crash: the pipeline's shape exchange reads sizes it never got."""
 
 import json
 import math
@@ -45,8 +45,12 @@ def test_validate_compares_the_emulated_ranks_with_the_real_run_and_the_fake_pg(
                 assert peak["equal"], (kind, peak)
         assert prism["peaks"]["measured"]["emulated_bytes"] <= prism["peaks"]["run"]["emulated_bytes"]
         assert prism["peak_in_real_spread"]
-        # the pipeline's shape exchange unpickles or allocates from the zeros the fake group delivered
-        assert fake["status"] == "crashed" and fake["error"] and fake["call"] == "recv_object_list", fake
-        assert f"torch fake PG r{rank} crashed in dist.recv_object_list" in proc.stdout
+        # The pipeline's shape exchange reads sizes the fake group never wrote (recv_object_list's
+        # torch.empty: mostly zeros, which do not unpickle); sizes left in reused memory can be
+        # large enough that the kernel kills the allocation (once on CI: "killed by signal 9").
+        assert fake["status"] == "crashed" and fake["error"], fake
+        if "killed by signal" not in fake["error"]:
+            assert fake["call"] == "recv_object_list", fake
+            assert f"torch fake PG r{rank} crashed in dist.recv_object_list" in proc.stdout
     last_stage = read_graph(tmp_path / "run" / "graph" / "real").summaries[3].losses
     assert last_stage and not any(math.isnan(x) for x in last_stage), "the compared losses are real numbers"
