@@ -32,7 +32,7 @@ from prism.core.hosts import LocalHost, start_local
 
 from ._pb import agents_pb2 as pb
 from ._pb import agents_pb2_grpc as pb_grpc
-from .server import TOKEN_METADATA_KEY, _TokenCheck
+from .server import TOKEN_METADATA_KEY, _TokenCheck, bind_port, exclusive_server
 
 __all__ = ["AgentPool", "run_agent", "POLL_INTERVAL_S", "AgentLostHeadError"]
 
@@ -121,18 +121,10 @@ class AgentPool:
         self._local = LocalHost()
         self._stop_reason = ""
         self._closed = threading.Event()
-        # Not SO_REUSEPORT (gRPC's default): a second head on the port (another run's, or one left
-        # behind) would take half of the agents' connections, which it refuses for their token.
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="agents"),
-                                   interceptors=[_TokenCheck(token)], options=[("grpc.so_reuseport", 0)])
+        self._server = exclusive_server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="agents"),
+                                        [_TokenCheck(token)])
         pb_grpc.add_AgentsServicer_to_server(_Servicer(self), self._server)
-        try:
-            self.port = self._server.add_insecure_port(bind)
-        except RuntimeError:  # grpcio raises where older versions returned 0
-            self.port = 0
-        if self.port == 0:
-            raise OSError(f"agents: cannot bind {bind}: the port is in use (another run's head? "
-                          "PRISM_PORT sets the head's port)")
+        self.port = bind_port(self._server, bind, "agents (PRISM_PORT sets the head's port)")
         self._server.start()
         self._watch = threading.Thread(target=self._watch_loop, name="agents-watch", daemon=True)
         self._watch.start()

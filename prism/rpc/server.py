@@ -95,22 +95,34 @@ class _Servicer(pb_grpc.CoordinatorServicer):
         return pb.FinishReply()
 
 
+def exclusive_server(executor: futures.Executor, interceptors: list) -> grpc.Server:
+    """A gRPC server without SO_REUSEPORT (gRPC's default): a second server on a fixed port (another
+    run's head, or one left behind) would otherwise bind it too and take some of its connections,
+    which it then refuses for their token."""
+    return grpc.server(executor, interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
+
+
+def bind_port(server: grpc.Server, bind: str, who: str) -> int:
+    """``server``'s port on ``bind``; OSError naming it when it cannot have it."""
+    try:
+        port = server.add_insecure_port(bind)
+    except RuntimeError:  # grpcio raises where older versions returned 0
+        port = 0
+    if port == 0:
+        raise OSError(f"{who}: cannot bind {bind}: the port is in use")
+    return port
+
+
 class CoordinatorServer:
     """A running gRPC server for one handler. ``address`` is what workers dial."""
 
     def __init__(self, handler: CoordinatorHandler, *, bind: str = "127.0.0.1:0", token: str = "",
                  max_workers: int = 64) -> None:
         interceptors = [_TokenCheck(token)] if token else []
-        # Not SO_REUSEPORT (gRPC's default): a second server on a fixed port would share its calls.
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="coord"),
-                                   interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
+        self._server = exclusive_server(
+            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="coord"), interceptors)
         pb_grpc.add_CoordinatorServicer_to_server(_Servicer(handler), self._server)
-        try:
-            port = self._server.add_insecure_port(bind)
-        except RuntimeError:  # grpcio raises where older versions returned 0
-            port = 0
-        if port == 0:
-            raise OSError(f"coordinator: cannot bind {bind}: the port is in use")
+        port = bind_port(self._server, bind, "coordinator")
         host = bind.rsplit(":", 1)[0]
         if host in ("0.0.0.0", "[::]", ""):
             import socket
