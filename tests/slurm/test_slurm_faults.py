@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from tests.conftest import EXAMPLES, processes_tagged
+from tests.slurm.conftest import _ports
 
 pytestmark = [pytest.mark.timeout(200), pytest.mark.slow, pytest.mark.xdist_group("slurm")]  # one cluster per worker
 
@@ -49,7 +50,8 @@ def _submit_long_collect(cluster, tmp_path, tag: str) -> tuple[subprocess.Popen,
         "world_size": 2, "ranks_per_node": 2, "device": "cpu", "slots": 2,
         "parallelism": {"dp": 2, "tp": 1, "pp": 1, "ep": 1, "cp": 1}}))
     out = tmp_path / "job.out"
-    env = {**cluster.env, "PRISM_TEST_TAG": tag, "PRISM_LOST_AFTER_S": "3"}
+    # A free port of its own: the default (20000 + job id) was held by another process on CI twice
+    env = {**cluster.env, "PRISM_TEST_TAG": tag, "PRISM_LOST_AFTER_S": "3", "PRISM_PORT": str(_ports(1))}
     sbatch = subprocess.Popen(
         [sys.executable, "-m", "prism.cli.main", "collect", "--job", str(job), "--out", str(tmp_path / "run"),
          "--launcher", "slurm", "--submit", "--nodes", "3", "--tasks-per-node", "1",
