@@ -19,6 +19,7 @@ import yaml
 from prism.graph.compare import compare_comm_sequences
 from prism.graph.io import read_graph
 from tests.conftest import EXAMPLES
+from tests.slurm.conftest import _ports
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]  # one cluster per worker
 
@@ -61,7 +62,8 @@ def submit(cluster, tmp: Path, tasks: int, limit_s: float, command: str, *args: 
     try:
         done = prism(command, *args, "--launcher", "slurm", "--submit", "--nodes", "3", "--tasks-per-node", str(tasks),
                      "--sbatch-arg=--wait", f"--sbatch-arg=--time={math.ceil(limit_s / 60) + 1}",
-                     f"--sbatch-arg=--output={out}", env=cluster.env, cwd=tmp, timeout=limit_s)
+                     f"--sbatch-arg=--output={out}", env={**cluster.env, "PRISM_PORT": str(_ports(1))}, cwd=tmp,
+                     timeout=limit_s)  # a free port of its own: 20000 + job id was held by another process on CI
     except subprocess.TimeoutExpired:
         cluster.cancel_all()
         pytest.fail(f"prism {command} on Slurm did not finish in {limit_s:.0f} s:\n"
