@@ -13,7 +13,8 @@ parties in one process.
 Steps run in order; at each step a party posts all its sends, then completes its receives in
 ``(src, dst)`` order, then waits for its sends. A message of step ``t`` depends only on steps
 ``< t``, so this lockstep cannot deadlock. A direct all-to-all over gloo runs all its rounds as one
-step (:func:`start_party`).
+step, and a vrank endpoint of a ring over gloo sends each message once the earlier messages of its
+chunk are in, not step by step (:func:`start_party`).
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ def start_party(
     out on the thread that decided it is due, and another thread may wait for it. A direct
     all-to-all over gloo is one step: all its rounds are posted at once, as gloo's alltoallv does."""
     timeout = datetime.timedelta(seconds=timeout_s)
+    if _by_chunk(party, transport):
+        return _start_by_chunk(party, transport, n, tag_base, timeout, timeout_s)
     if party.algo is Algo.DIRECT_ALL_TO_ALL and transport.posts_without_blocking and party.steps:
         # A direct all-to-all's rounds depend on nothing received, and gloo's own alltoallv posts
         # every round's send and receive before it waits for any: one batch, not n-1 lockstepped
@@ -102,10 +105,6 @@ def start_party(
     first_sends = _post_sends(party, transport, n, groups[0], tag_base) if groups else []
 
     def finish() -> dict[tuple[int, int], LinkTraffic]:
-        # The traffic is this party's own messages, counted here: a diff of the transport's
-        # counters would also count what other threads sent on the same transport meanwhile.
-        traffic: dict[tuple[int, int], list[int]] = {}
-        itemsize = party.dtype.itemsize
         for k, steps in enumerate(groups):
             sends = first_sends if k == 0 else _post_sends(party, transport, n, steps, tag_base)
             recvs = []
@@ -121,15 +120,77 @@ def start_party(
                 party.incoming(st, buf)
             for work in sends:
                 work.wait(timeout)
-            for st in steps:  # a party's steps are the ones with an end it hosts
-                counts = traffic.get((st.src, st.dst))
-                if counts is None:
-                    counts = traffic[(st.src, st.dst)] = [0, 0]
-                counts[0] += st.numel * itemsize
-                counts[1] += 1
-        return {k: LinkTraffic(b, m) for k, (b, m) in traffic.items()}
+        return _traffic(party)
 
     return finish
+
+
+_RING_ALGOS = frozenset({Algo.RING_ALL_REDUCE, Algo.RING_REDUCE_SCATTER, Algo.RING_ALL_GATHER})
+_MAX_BYTES_POSTED_AHEAD = 64 << 20
+"""A vrank endpoint posts every receive of a ring op at once only up to this many bytes of buffers."""
+
+
+def _by_chunk(party: Party, transport: Transport) -> bool:
+    """Whether ``party`` sends each vrank message once the messages it depends on are in, rather
+    than step by step: vrank endpoints of a ring over gloo (which posts without blocking)."""
+    if not (isinstance(party, NeighborParty) and party.algo in _RING_ALGOS and transport.posts_without_blocking):
+        return False
+    posted = sum(st.numel for st in party.steps if st.dst in party.hosted) * party.dtype.itemsize
+    return posted <= _MAX_BYTES_POSTED_AHEAD
+
+
+def _start_by_chunk(
+    party: Party, transport: Transport, n: int, tag_base: int, timeout: datetime.timedelta, timeout_s: float
+) -> Callable[[], dict[tuple[int, int], LinkTraffic]]:
+    """:func:`start_party` for a vrank endpoint of a ring: every receive is posted now, and each
+    send as soon as the receives it depends on are in. In a ring a chunk's message at step t is
+    what its sender received of that chunk at t - 1, so a vrank's message depends only on the
+    earlier messages of its chunk that reached the endpoint (through the pruned vranks between
+    them), and :class:`NeighborParty` keeps its state per chunk. Step by step, a vrank's message
+    of step t + 1 waited for every sandbox rank's message of step t: with two sandbox ranks each
+    ring step cost a round trip through this endpoint and the slower of the two (moe-sleep's
+    all-reduces, W=8, sandbox {2,5}: 1.45 ms emulated against 1.07 in its calibration slices)."""
+    order = lambda st: (st.t, st.src, st.dst)  # noqa: E731 - the schedule's execution order
+    recv_steps = sorted((st for st in party.steps if st.dst in party.hosted), key=order)
+    send_steps = sorted((st for st in party.steps if st.src in party.hosted), key=order)
+    after: dict[int, list[Step]] = {}  # index of a receive -> the sends its arrival releases (-1: none)
+    latest: dict[int, int] = {}  # chunk -> its latest receive before the send being placed
+    j = 0
+    for st in send_steps:
+        while j < len(recv_steps) and recv_steps[j].t < st.t:
+            latest[recv_steps[j].chunk] = j
+            j += 1
+        after.setdefault(latest.get(st.chunk, -1), []).append(st)
+    recvs = []
+    for st in recv_steps:
+        buf = party.recv_buffer(st)
+        recvs.append((st, buf, transport.recv(buf, st.src, st.dst, tag_base + st.tag(n))))
+    sends = _post_sends(party, transport, n, after.get(-1, []), tag_base)
+
+    def finish() -> dict[tuple[int, int], LinkTraffic]:
+        party.in_flight()
+        for k, (st, buf, work) in enumerate(recvs):
+            if not work.wait(timeout):
+                raise PrismError(f"pruned collective: step {st} timed out after {timeout_s}s")
+            party.incoming(st, buf)
+            sends.extend(_post_sends(party, transport, n, after.get(k, []), tag_base))
+        for work in sends:
+            work.wait(timeout)
+        return _traffic(party)
+
+    return finish
+
+
+def _traffic(party: Party) -> dict[tuple[int, int], LinkTraffic]:
+    """The party's own messages (its steps are the ones with an end it hosts), counted from its
+    steps: a diff of the transport's counters would also count what other threads sent on the
+    same transport meanwhile."""
+    traffic: dict[tuple[int, int], list[int]] = {}
+    for st in party.steps:
+        counts = traffic.setdefault((st.src, st.dst), [0, 0])
+        counts[0] += st.numel * party.dtype.itemsize
+        counts[1] += 1
+    return {k: LinkTraffic(b, m) for k, (b, m) in traffic.items()}
 
 
 def _post_sends(party: Party, transport: Transport, n: int, steps: list[Step], tag_base: int) -> list:
