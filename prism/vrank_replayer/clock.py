@@ -28,14 +28,18 @@ op, ``R`` the predicted time ``v`` reaches the point where it waits for the op):
   replayer will see count: messages with a sandbox peer always; collectives it serves always when
   the replayer reports each one for every vrank of the group (``collectives_told``: a completion,
   marked done once the replayer finished it: :meth:`TimedClock.collective_done`), else once announced.
-* Through the job's warm-up steps (``warmup_steps``) a vrank keeps the sandbox's pace: it
-  issues at once and re-anchors on each real completion as if it had been ready for it. Its
-  measured steps begin where its last warm-up anchor released it: until its first measured anchor
-  a measured op goes at that release plus its predicted time since the end of the last warm-up
-  step. The recording's warm-up steps hold start-up work (allocation, first calls, the first
-  optimizer step, a launch of W processes contending for the host) that the emulation's sandbox
-  does not repeat at the same length; a vrank that kept its calibrated pace through them held the
-  first measured step back by up to seconds.
+* Through the job's first step, when it is a warm-up step (``warmup_steps`` ≥ 1), a vrank keeps
+  the sandbox's pace: it issues at once and re-anchors on each real completion as if it had been
+  ready for it. Its later steps begin where its last anchor of that step released it: until its
+  next anchor an op goes at that release plus its predicted time since the end of the first step.
+  The recording's first step holds start-up work (allocation, first calls, the first optimizer
+  step, a launch of W processes contending for the host) that the emulation's sandbox does not
+  repeat at the same length; a vrank that kept its calibrated pace through it held the first
+  measured step back by up to seconds. Further warm-up steps are played on the timed clock: each
+  sandbox rank got through the first step at its own pace, so their phase is not the timed
+  graph's, and the step after the paced one absorbs the difference (pipelines on 16 cores,
+  session 34: the later stage's first measured step 99–100 ms against 110 real on synthetic,
+  141–147 against 151.5 on pp 1F1B, every emulation, with two warm-up steps both paced).
 * A real rank issues op ``j`` at its time: its own wake-up latency is inside the calibrated
   durations. The replayer's thread would add its own on top, so it asks to be woken early by the
   median lateness of its recent timed wake-ups (:meth:`TimedClock.wake_lead_ns`).
@@ -120,9 +124,9 @@ class VrankOp:
     """The op's identity (shared by all members)."""
 
 
-def _measured_start_ns(nodes: tuple[Node, ...], warmup_steps: int) -> int:
-    """Predicted end of the last warm-up step (0 without warm-up steps or step marks)."""
-    ends = [n.start_ns for n in nodes if n.kind is NodeKind.MARK and n.mark == "step_end" and n.step < warmup_steps]
+def _measured_start_ns(nodes: tuple[Node, ...], paced_steps: int) -> int:
+    """Predicted end of the last paced step (0 without paced steps or step marks)."""
+    ends = [n.start_ns for n in nodes if n.kind is NodeKind.MARK and n.mark == "step_end" and n.step < paced_steps]
     return max(ends, default=0)
 
 
@@ -187,9 +191,10 @@ class TimedClock:
                  served: Iterable[OpKey] | None = None, timeout_s: float = 600.0, warmup_steps: int = 0,
                  collectives_told: bool = False) -> None:
         sandbox = frozenset(sandbox)
-        self.warmup_steps = warmup_steps
+        self.paced_steps = min(warmup_steps, 1)
+        """Steps through which a vrank keeps the sandbox's pace (module docstring)."""
         self._measured_anchor: set[int] = set()
-        """Vranks whose offset was set by an op of a measured step (not by a warm-up one)."""
+        """Vranks whose offset was set by an op after the paced steps."""
         wanted = sorted(set(vranks) if vranks is not None else set(timed.nodes) - sandbox)
         missing = [v for v in wanted if v not in timed.nodes]
         if missing:
@@ -200,10 +205,10 @@ class TimedClock:
         self._timed = timed
         self._transfers: dict[tuple[str, int], int] | None = None
         self.timeout_s = timeout_s
-        self._measured_start_ns = {v: _measured_start_ns(timed.nodes[v], warmup_steps) for v in wanted}
-        """Predicted start of each vrank's first measured step (the end of its last warm-up step)."""
+        self._measured_start_ns = {v: _measured_start_ns(timed.nodes[v], self.paced_steps) for v in wanted}
+        """Predicted start of each vrank's first step after the paced ones (the end of the last)."""
         self._warmup_release: dict[int, float] = {}
-        """Real release of each vrank's last warm-up anchor: where its measured steps begin."""
+        """Real release of each vrank's last anchor in the paced steps: where its timed steps begin."""
         self._offset: dict[int, float] = {}
         self._announced: set[tuple[int, int]] = set()
         self._completed: set[tuple[int, int]] = set()
@@ -251,18 +256,18 @@ class TimedClock:
         return op.issue_ns + offset
 
     def _from_warmup_ns(self, vrank: int, step: int, predicted_ns: int) -> float:
-        """Before its first measured anchor: a warm-up op goes at once; a measured one at its place in
-        the timed graph's measured steps, counted from the vrank's last warm-up release (the tail of
-        the recorded warm-up step — first-call and start-up work — is not replayed)."""
+        """Before its first anchor after the paced steps: a paced op goes at once; a later one at its
+        place in the timed graph, counted from the vrank's last release in the paced steps (the tail
+        of the recorded first step — first-call and start-up work — is not replayed)."""
         entry = self._warmup_release.get(vrank)
-        if step < self.warmup_steps or entry is None:
+        if step < self.paced_steps or entry is None:
             return -math.inf
         return entry + (predicted_ns - self._measured_start_ns[vrank])
 
     def _keeps_pace(self, vrank: int) -> bool:
-        """Before its first measured anchor a vrank follows the sandbox (module docstring); its
-        warm-up ops all come before that anchor, in program order."""
-        return self.warmup_steps > 0 and vrank not in self._measured_anchor
+        """Before its first anchor after the paced steps a vrank follows the sandbox (module
+        docstring); its paced ops all come before that anchor, in program order."""
+        return self.paced_steps > 0 and vrank not in self._measured_anchor
 
     def announce(self, vrank: int, node: Node) -> None:
         with self._lock:
@@ -284,7 +289,7 @@ class TimedClock:
                 release_real = max(real_ns, reach)
                 release_pred = max(op.end_ns, op.wait_ns)
                 self._offset[vrank] = release_real - release_pred
-                if op.step >= self.warmup_steps:
+                if op.step >= self.paced_steps:
                     self._measured_anchor.add(vrank)
                 else:
                     self._warmup_release[vrank] = max(release_real, self._warmup_release.get(vrank, -math.inf))
