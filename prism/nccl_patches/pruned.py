@@ -150,9 +150,9 @@ def _start_by_chunk(
     of step t + 1 waited for every sandbox rank's message of step t: with two sandbox ranks each
     ring step cost a round trip through this endpoint and the slower of the two (moe-sleep's
     all-reduces, W=8, sandbox {2,5}: 1.45 ms emulated against 1.07 in its calibration slices)."""
-    order = lambda st: (st.t, st.src, st.dst)  # noqa: E731 - the schedule's execution order
-    recv_steps = sorted((st for st in party.steps if st.dst in party.hosted), key=order)
-    send_steps = sorted((st for st in party.steps if st.src in party.hosted), key=order)
+    # a party's steps are its pruned schedule's, already in execution order (step, sender, receiver)
+    recv_steps = [st for st in party.steps if st.dst in party.hosted]
+    send_steps = [st for st in party.steps if st.src in party.hosted]
     after: dict[int, list[Step]] = {}  # index of a receive -> the sends its arrival releases (-1: none)
     latest: dict[int, int] = {}  # chunk -> its latest receive before the send being placed
     j = 0
