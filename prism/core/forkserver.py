@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .hosts import die_with_parent, start_local
@@ -201,7 +201,8 @@ class ForkServer:
         return f"the fork server exited (code {self._proc.poll()})" + (f"; its output:\n{tail}" if tail else "")
 
     def close(self) -> None:
-        """End the server (a child still running dies with it, and is reported killed)."""
+        """End the server. It kills its running children and their process groups and reaps them
+        first, so none of them runs when this returns; each is reported killed."""
         if self._proc.stdin.closed:
             return
         with contextlib.suppress(OSError):
@@ -343,6 +344,21 @@ def _become_child(request: dict, fds: Sequence[int], server_pid: int) -> None:
 _setproctitle = None
 
 
+def _end_children(children: set[int], reply: Callable[[str], None]) -> None:
+    """Kill the running children (and their process groups) and report each exit once it is
+    reaped: when the client's close returns, none of them runs any more (their death signal from
+    this process's exit would only be delivered, not completed)."""
+    for pid in children:
+        for kill in (os.killpg, os.kill):  # a child that has not yet called setsid has no group
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(pid, signal.SIGKILL)
+    for pid in sorted(children):
+        with contextlib.suppress(ChildProcessError, BrokenPipeError):  # BrokenPipe: the client is gone
+            _, status = os.waitpid(pid, 0)
+            reply(f"exited {pid} {os.waitstatus_to_exitcode(status)}")
+    children.clear()
+
+
 def _serve(replies: int, preload: Sequence[str]) -> dict | None:
     """The server's loop; returns the request of a forked child (in the child), None at EOF."""
     global _setproctitle
@@ -383,6 +399,7 @@ def _serve(replies: int, preload: Sequence[str]) -> dict | None:
             continue
         chunk = os.read(stdin_fd, 65536)
         if not chunk:
+            _end_children(children, reply)
             return None
         pending += chunk
         *lines, pending = pending.split(b"\n")

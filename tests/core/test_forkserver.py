@@ -30,6 +30,12 @@ PROBE = textwrap.dedent("""
                           "spt": "SPT_NOENV" in os.environ}), flush=True)
         if "--raise" in sys.argv:
             raise RuntimeError("the probe failed on purpose")
+        if "--grandchild" in sys.argv:  # a process of its group, and memory that takes a while to free at exit
+            import subprocess
+            ballast = b"x" * (256 << 20)
+            grandchild = subprocess.Popen(["sleep", "60"])
+            with open(sys.argv[sys.argv.index("--grandchild") + 1], "w") as f:
+                f.write(str(grandchild.pid))
         if "--sleep" in sys.argv:
             time.sleep(60)
         if "--until" in sys.argv:  # a file appears
@@ -174,14 +180,20 @@ def test_a_supervisor_off_the_main_thread_forks_from_a_server_of_its_own_and_end
     assert not tagged(tmp_path.name)  # which ended with its supervisor: no shared server was started
 
 
-def test_closing_a_server_stops_its_running_child_and_reports_it_killed(probe):
+def test_closing_a_server_stops_its_running_child_and_its_group_and_reports_it_killed(probe):
     tmp_path, env = probe
     server = ForkServer((MODULE,), env)
-    child = server.start(MODULE, ["--sleep"], tmp_path / "logs" / "sleeper.log")
-    assert child.poll() is None
+    grandchild_file = tmp_path / "grandchild"
+    child = server.start(MODULE, ["--grandchild", str(grandchild_file), "--sleep"], tmp_path / "logs" / "sleeper.log")
+    deadline = time.monotonic() + 30
+    while not grandchild_file.exists() or not grandchild_file.read_text():
+        assert time.monotonic() < deadline and child.poll() is None
+        time.sleep(0.02)
+    grandchild = int(grandchild_file.read_text())
     server.close()
     assert child.wait(timeout=5) == -signal.SIGKILL  # a wait on it ends
-    assert not psutil.pid_exists(child.pid) or psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE
+    for pid in (child.pid, grandchild):  # gone when close returns, not merely signalled
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
 
 
 def test_a_full_pool_ends_its_least_recently_used_idle_server_and_never_a_busy_one(probe):
