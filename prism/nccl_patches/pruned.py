@@ -10,11 +10,12 @@ parties in one process.
   messages in memory in the same step order: the same algorithms without processes (for tests at
   large group sizes and for dry runs).
 
-Steps run in order; at each step a party posts all its sends, then completes its receives in
-``(src, dst)`` order, then waits for its sends. A message of step ``t`` depends only on steps
-``< t``, so this lockstep cannot deadlock. A direct all-to-all over gloo runs all its rounds as one
-step, and a vrank endpoint of a ring over gloo sends each message once the earlier messages of its
-chunk are in, not step by step (:func:`start_party`).
+A vrank endpoint over gloo, and any party of a direct all-to-all over gloo, posts its receives
+ahead and each send as soon as the receive it depends on (the latest earlier receive of the same
+chunk) is in. A sandbox rank's other collectives, and every party over NCCL, run step by step:
+post a step's sends and receives, complete the receives in ``(src, dst)`` order, wait for the
+sends. A message of step ``t`` depends only on steps ``< t``, so neither can deadlock
+(:func:`start_party`).
 """
 
 from __future__ import annotations
@@ -86,22 +87,37 @@ def _by_step(steps: Sequence[Step]) -> Iterable[tuple[int, list[Step]]]:
 def start_party(
     party: Party, transport: Transport, n: int, *, tag_base: int = 0, timeout_s: float = 120.0
 ) -> Callable[[], dict[tuple[int, int], LinkTraffic]]:
-    """Post the party's first-step sends now; the returned function drives the rest and returns
-    the traffic (``run_party`` is ``start_party(...)()``). A message of the first step depends on
-    nothing received, so posting it early changes nothing but when it leaves: a vrank's send goes
-    out on the thread that decided it is due, and another thread may wait for it. A direct
-    all-to-all over gloo is one step: all its rounds are posted at once, as gloo's alltoallv does."""
+    """Post the messages that depend on nothing received now; the returned function drives the
+    rest and returns the traffic (``run_party`` is ``start_party(...)()``). Posting them early
+    changes nothing but when they leave: a vrank's send goes out on the thread that decided it is
+    due, and another thread may wait for it.
+
+    Two drivers:
+
+    * **by dependency** (:func:`_start_by_dependency`): receives posted ahead, each send as soon
+      as the receive it depends on is in. Vrank endpoints over gloo (posting never blocks) run so,
+      as real vranks pass a chunk on the moment it arrives, and so does every direct all-to-all
+      over gloo, whose blocks depend on nothing received (gloo's alltoallv posts every round
+      before it waits for any).
+    * **lockstep** (:func:`_start_lockstep`): a sandbox rank's rings, trees, chains and
+      send/recv over gloo keep gloo's own pace, a round's receive announced when the round
+      starts (posting a sandbox rank's receives ahead was measured on 16 cores in session 20 and
+      moved the calibrated predictions 1.6-2.1 points away from the real runs, docs/emulate.md),
+      and every party over NCCL, whose point-to-point ops on one stream run in the order posted."""
     timeout = datetime.timedelta(seconds=timeout_s)
-    if _by_chunk(party, transport):
-        return _start_by_chunk(party, transport, n, tag_base, timeout, timeout_s)
-    if party.algo is Algo.DIRECT_ALL_TO_ALL and transport.posts_without_blocking and party.steps:
-        # A direct all-to-all's rounds depend on nothing received, and gloo's own alltoallv posts
-        # every round's send and receive before it waits for any: one batch, not n-1 lockstepped
-        # round trips through this interpreter (moe-sleep's all-to-alls took 0.9-1.8 ms in the
-        # calibration slices against 0.3-0.6 ms real, session 18).
-        groups = [list(party.steps)]
-    else:
-        groups = [steps for _, steps in _by_step(party.steps)]
+    if transport.posts_without_blocking and (
+        isinstance(party, NeighborParty) or party.algo is Algo.DIRECT_ALL_TO_ALL
+    ):
+        return _start_by_dependency(party, transport, n, tag_base, timeout, timeout_s)
+    return _start_lockstep(party, transport, n, tag_base, timeout, timeout_s)
+
+
+def _start_lockstep(
+    party: Party, transport: Transport, n: int, tag_base: int, timeout: datetime.timedelta, timeout_s: float
+) -> Callable[[], dict[tuple[int, int], LinkTraffic]]:
+    """Step by step: a step's sends and receives are posted together once the earlier steps'
+    receives are in, and its sends are done before the next step."""
+    groups = [steps for _, steps in _by_step(party.steps)]
     first_sends = _post_sends(party, transport, n, groups[0], tag_base) if groups else []
 
     def finish() -> dict[tuple[int, int], LinkTraffic]:
@@ -125,55 +141,100 @@ def start_party(
     return finish
 
 
-_RING_ALGOS = frozenset({Algo.RING_ALL_REDUCE, Algo.RING_REDUCE_SCATTER, Algo.RING_ALL_GATHER})
 _MAX_BYTES_POSTED_AHEAD = 64 << 20
-"""A vrank endpoint posts every receive of a ring op at once only up to this many bytes of buffers."""
+"""Receive buffers a party keeps posted ahead of the receive it waits for (at least one receive)."""
 
 
-def _by_chunk(party: Party, transport: Transport) -> bool:
-    """Whether ``party`` sends each vrank message once the messages it depends on are in, rather
-    than step by step: vrank endpoints of a ring over gloo (which posts without blocking)."""
-    if not (isinstance(party, NeighborParty) and party.algo in _RING_ALGOS and transport.posts_without_blocking):
-        return False
-    posted = sum(st.numel for st in party.steps if st.dst in party.hosted) * party.dtype.itemsize
-    return posted <= _MAX_BYTES_POSTED_AHEAD
+def _sends_released(party: Party) -> dict[int, list[Step]]:
+    """The party's sends keyed by the index (among its receives, in order) of the receive that
+    releases each; -1: depends on nothing received.
 
-
-def _start_by_chunk(
-    party: Party, transport: Transport, n: int, tag_base: int, timeout: datetime.timedelta, timeout_s: float
-) -> Callable[[], dict[tuple[int, int], LinkTraffic]]:
-    """:func:`start_party` for a vrank endpoint of a ring: every receive is posted now, and each
-    send as soon as the receives it depends on are in. In a ring a chunk's message at step t is
-    what its sender received of that chunk at t - 1, so a vrank's message depends only on the
-    earlier messages of its chunk that reached the endpoint (through the pruned vranks between
-    them), and :class:`NeighborParty` keeps its state per chunk. Step by step, a vrank's message
-    of step t + 1 waited for every sandbox rank's message of step t: with two sandbox ranks each
-    ring step cost a round trip through this endpoint and the slower of the two (moe-sleep's
-    all-reduces, W=8, sandbox {2,5}: 1.45 ms emulated against 1.07 in its calibration slices)."""
-    # a party's steps are its pruned schedule's, already in execution order (step, sender, receiver)
-    recv_steps = [st for st in party.steps if st.dst in party.hosted]
-    send_steps = [st for st in party.steps if st.src in party.hosted]
-    after: dict[int, list[Step]] = {}  # index of a receive -> the sends its arrival releases (-1: none)
+    Every algorithm of :mod:`.schedule` moves a chunk's value forward: a message of chunk ``c``
+    at step ``t`` is built from what its sender last received of chunk ``c`` (a ring's partial
+    sums and finished chunks, a tree's or chain's single chunk), and an all-to-all block
+    (chunk = its source) from nothing received. So a send waits for the latest receive of its
+    chunk at an earlier step, which may have reached another rank the party hosts, the value
+    passing between its ranks inside the party (pruned vranks between two endpoints of a ring).
+    Receives are completed in order, so every earlier receive is in too."""
     latest: dict[int, int] = {}  # chunk -> its latest receive before the send being placed
+    released: dict[int, list[Step]] = {}
+    recv_steps = [st for st in party.steps if st.dst in party.hosted]
     j = 0
-    for st in send_steps:
+    # a party's steps are its pruned schedule's, already in execution order (step, sender, receiver)
+    for st in party.steps:
+        if st.src not in party.hosted:
+            continue
         while j < len(recv_steps) and recv_steps[j].t < st.t:
             latest[recv_steps[j].chunk] = j
             j += 1
-        after.setdefault(latest.get(st.chunk, -1), []).append(st)
-    recvs = []
-    for st in recv_steps:
-        buf = party.recv_buffer(st)
-        recvs.append((st, buf, transport.recv(buf, st.src, st.dst, tag_base + st.tag(n))))
-    sends = _post_sends(party, transport, n, after.get(-1, []), tag_base)
+        released.setdefault(latest.get(st.chunk, -1), []).append(st)
+    return released
+
+
+class _PostedAhead:
+    """The party's receives, posted in order while their buffers fit in ``budget`` bytes."""
+
+    def __init__(self, party: Party, transport: Transport, n: int, tag_base: int, budget: int) -> None:
+        self.steps = [st for st in party.steps if st.dst in party.hosted]
+        self._party, self._transport, self._n, self._tag_base = party, transport, n, tag_base
+        self._budget, self._posted_bytes = budget, 0
+        self._posted: list[tuple[torch.Tensor, object]] = []
+        self._taken = 0
+
+    def post(self, until_t: int | None = None) -> None:
+        """Post further receives while they fit (the next one always, when none is posted), up to
+        the first receive of a step after ``until_t``."""
+        while len(self._posted) < len(self.steps):
+            st = self.steps[len(self._posted)]
+            size = st.numel * self._party.dtype.itemsize
+            if until_t is not None and st.t > until_t:
+                return
+            if self._posted_bytes + size > self._budget and len(self._posted) > self._taken:
+                return
+            buf = self._party.recv_buffer(st)
+            work = self._transport.recv(buf, st.src, st.dst, self._tag_base + st.tag(self._n))
+            self._posted.append((buf, work))
+            self._posted_bytes += size
+
+    def take(self, k: int) -> tuple[torch.Tensor, object]:
+        """Receive ``k``'s buffer and work (receives are taken in order); its bytes leave the budget."""
+        assert k == self._taken < len(self._posted), f"receive {k} taken out of order or not posted"
+        buf, work = self._posted[k]
+        self._posted[k] = (None, None)  # the party owns the buffer from here on
+        self._taken += 1
+        self._posted_bytes -= self.steps[k].numel * self._party.dtype.itemsize
+        return buf, work
+
+
+def _start_by_dependency(
+    party: Party, transport: Transport, n: int, tag_base: int, timeout: datetime.timedelta, timeout_s: float
+) -> Callable[[], dict[tuple[int, int], LinkTraffic]]:
+    """:func:`start_party` over a transport whose posts never block (gloo): receives are posted
+    ahead (within :data:`_MAX_BYTES_POSTED_AHEAD`), so each sender finds its receiver ready (gloo
+    sends a message's data once the receiver has announced the receive), and each send as soon as
+    the receive it depends on is in (:func:`_sends_released`), not when its whole step is.
+
+    Step by step, a vrank's message of step t + 1 waited for every sandbox rank's message of step
+    t: with two sandbox ranks each ring step cost a round trip through the endpoint and the slower
+    of the two (moe-sleep's all-reduces, W=8, sandbox {2,5}: 1.45 ms emulated against 1.07 in its
+    calibration slices)."""
+    released = _sends_released(party)
+    ahead = _PostedAhead(party, transport, n, tag_base, _MAX_BYTES_POSTED_AHEAD)
+    sends = _post_sends(party, transport, n, released.get(-1, []), tag_base)
+    if ahead.steps:
+        ahead.post(until_t=ahead.steps[0].t)
+    # after the first step's receives: a later one may land in an input that is also the output
+    party.in_flight()
+    ahead.post()
 
     def finish() -> dict[tuple[int, int], LinkTraffic]:
-        party.in_flight()
-        for k, (st, buf, work) in enumerate(recvs):
+        for k, st in enumerate(ahead.steps):
+            buf, work = ahead.take(k)
             if not work.wait(timeout):
                 raise PrismError(f"pruned collective: step {st} timed out after {timeout_s}s")
             party.incoming(st, buf)
-            sends.extend(_post_sends(party, transport, n, after.get(k, []), tag_base))
+            sends.extend(_post_sends(party, transport, n, released.get(k, []), tag_base))
+            ahead.post()
         for work in sends:
             work.wait(timeout)
         return _traffic(party)
