@@ -1,6 +1,8 @@
 #!/bin/bash
-# Next session's device calls (16 cores), after 652dfca (ring endpoints send by chunk) and c200b39
-# (only the first step is paced; a second warm-up step plays timed): the whole table again, 3 real
+# Next session's device calls (16 cores), after 652dfca (ring endpoints send by chunk), c200b39
+# (only the first step is paced; a second warm-up step plays timed) and 92dee53 (session 35: one
+# by-dependency driver for vrank endpoints of every algorithm and all-to-alls, receives posted ahead
+# within 64 MiB): the whole table again, 3 real
 # runs x 3 calibration takes x 3 emulations alternated, then every rank's per-step times (the
 # later pipeline stage's first measured step was 99-100 ms against 110 real before c200b39).
 # Usage (device tool), three calls of ~3 examples each (~110-170 s per example):
