@@ -3,13 +3,14 @@ onto the bare graph, and inter-slice calibration (DESIGN §7)."""
 
 from .calibrate import CalibrationReport, RankCalibration, calibrate
 from .merge import apply_measurements, median_of_takes, segments, settle_warmup, typical_steps
-from .slices import plan_slices, representatives
+from .slices import crowded_slices, plan_slices, representatives
 
 __all__ = [
     "CalibrationReport",
     "RankCalibration",
     "apply_measurements",
     "calibrate",
+    "crowded_slices",
     "median_of_takes",
     "plan_slices",
     "representatives",

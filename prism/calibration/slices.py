@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from prism.core.errors import PrismError
 
-__all__ = ["plan_slices", "representatives"]
+__all__ = ["crowded_slices", "plan_slices", "representatives"]
 
 
 def representatives(world_size: int, template_of: Mapping[int, int] | None = None) -> list[int]:
@@ -30,3 +30,19 @@ def plan_slices(ranks: Sequence[int], slice_size: int) -> list[tuple[int, ...]]:
         raise PrismError(f"slice size must be > 0, got {slice_size}")
     ordered = sorted(set(ranks))
     return [tuple(ordered[i : i + slice_size]) for i in range(0, len(ordered), slice_size)]
+
+
+def crowded_slices(slice_size: int, num_replayers: int, cpus: int) -> str | None:
+    """What to tell the user when a slice's processes (its real ranks and the replayers hosting its
+    vranks) outnumber the CPUs this host gives prism, else None. Such a slice's ranks and its
+    replayer (vranks answering at once) take turns on the cores, and the slice times the Python
+    between two ops long: pp_sleep_noopt on 2 CPUs with slices of 2 had gaps of 134-170 µs in its
+    timed graph against 58-81 µs in the real run (docs/emulate.md)."""
+    processes = slice_size + num_replayers
+    if processes <= cpus:
+        return None
+    fits = cpus - num_replayers
+    hint = f"; slices of {fits} fit this host (--slice-size)" if 1 <= fits < slice_size else ""
+    return (f"a calibration slice runs {slice_size} real rank(s) and {num_replayers} replayer(s), {processes} "
+            f"processes on {cpus} CPU(s): they share cores, and the slices time the gaps between ops "
+            f"long (2 CPUs, slices of 2: about twice the real run's){hint}")

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["AFFINITY_ENV", "AffinityError", "cpu_order", "pin_rank"]
+__all__ = ["AFFINITY_ENV", "AffinityError", "cpu_order", "pin_rank", "usable_cpus"]
 
 AFFINITY_ENV = "PRISM_CPU_AFFINITY"
 MODES = ("none", "rank")
@@ -58,3 +58,12 @@ def pin_rank(rank: int, mode: str | None = None) -> int | None:
     os.sched_setaffinity(0, {cpu})
     log.debug("rank %d pinned to CPU %d", rank, cpu)
     return cpu
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask: a container's or a Slurm step's share,
+    not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

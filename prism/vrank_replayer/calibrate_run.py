@@ -40,12 +40,14 @@ from prism.calibration import (
     CalibrationReport,
     apply_measurements,
     calibrate,
+    crowded_slices,
     median_of_takes,
     plan_slices,
     representatives,
     settle_warmup,
     typical_steps,
 )
+from prism.core.affinity import usable_cpus
 from prism.core.errors import RunDirError
 from prism.core.host_speed import format_probes, probe_ms
 from prism.core.rundir import RunDir
@@ -155,6 +157,9 @@ def calibrate_run(
         log.info("capture run of all %d ranks (recorded data for the slices)", job.world_size)
         capture_job(job, run.root, timeout_s=timeout_s)
     slices = plan_slices(representatives(job.world_size, template_of), slice_size)
+    replayers = next(f.default for f in dataclasses.fields(EmulateOptions) if f.name == "num_replayers")  # the slices'
+    if crowded := crowded_slices(max(map(len, slices), default=0), replayers, usable_cpus()):
+        log.warning("%s", crowded)
     measured: dict[int, tuple[Node, ...]] = {}
     summaries: dict[int, RankSummary] = {}
     results = []

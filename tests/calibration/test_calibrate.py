@@ -7,6 +7,7 @@ import pytest
 from prism.calibration import (
     apply_measurements,
     calibrate,
+    crowded_slices,
     median_of_takes,
     plan_slices,
     representatives,
@@ -78,6 +79,13 @@ def test_slices_cover_each_template_once():
     assert representatives(3) == [0, 1, 2]
     with pytest.raises(ValueError, match="slice size must be > 0"):
         plan_slices([0], 0)
+
+
+def test_slices_whose_processes_outnumber_the_cpus_are_named_with_the_size_that_fits():
+    msg = crowded_slices(2, 1, 2)  # the 2-core host's default: 2 real ranks and a replayer
+    assert "3 processes on 2 CPU(s)" in msg and msg.endswith("slices of 1 fit this host (--slice-size)")
+    assert crowded_slices(4, 1, 16) is None and crowded_slices(3, 1, 4) is None
+    assert "fits" not in crowded_slices(1, 1, 1)  # no smaller slice fits one CPU
 
 
 def test_merge_moves_slice_times_onto_the_bare_graph_by_segment():
