@@ -145,9 +145,9 @@ _MAX_BYTES_POSTED_AHEAD = 64 << 20
 """Receive buffers a party keeps posted ahead of the receive it waits for (at least one receive)."""
 
 
-def _sends_released(party: Party) -> dict[int, list[Step]]:
-    """The party's sends keyed by the index (among its receives, in order) of the receive that
-    releases each; -1: depends on nothing received.
+def _sends_released(party: Party, recv_steps: Sequence[Step]) -> dict[int, list[Step]]:
+    """The party's sends keyed by the index (in ``recv_steps``, the party's receives in order) of
+    the receive that releases each; -1: depends on nothing received.
 
     Every algorithm of :mod:`.schedule` moves a chunk's value forward: a message of chunk ``c``
     at step ``t`` is built from what its sender last received of chunk ``c`` (a ring's partial
@@ -158,7 +158,6 @@ def _sends_released(party: Party) -> dict[int, list[Step]]:
     Receives are completed in order, so every earlier receive is in too."""
     latest: dict[int, int] = {}  # chunk -> its latest receive before the send being placed
     released: dict[int, list[Step]] = {}
-    recv_steps = [st for st in party.steps if st.dst in party.hosted]
     j = 0
     # a party's steps are its pruned schedule's, already in execution order (step, sender, receiver)
     for st in party.steps:
@@ -218,8 +217,8 @@ def _start_by_dependency(
     t: with two sandbox ranks each ring step cost a round trip through the endpoint and the slower
     of the two (moe-sleep's all-reduces, W=8, sandbox {2,5}: 1.45 ms emulated against 1.07 in its
     calibration slices)."""
-    released = _sends_released(party)
     ahead = _PostedAhead(party, transport, n, tag_base, _MAX_BYTES_POSTED_AHEAD)
+    released = _sends_released(party, ahead.steps)
     sends = _post_sends(party, transport, n, released.get(-1, []), tag_base)
     if ahead.steps:
         ahead.post(until_t=ahead.steps[0].t)
