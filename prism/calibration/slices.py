@@ -35,14 +35,14 @@ def plan_slices(ranks: Sequence[int], slice_size: int) -> list[tuple[int, ...]]:
 def crowded_slices(slice_size: int, num_replayers: int, cpus: int) -> str | None:
     """What to tell the user when a slice's processes (its real ranks and the replayers hosting its
     vranks) outnumber the CPUs this host gives prism, else None. Such a slice's ranks and its
-    replayer (vranks answering at once) take turns on the cores, and the slice times the Python
-    between two ops long: pp_sleep_noopt on 2 CPUs with slices of 2 had gaps of 134-170 µs in its
-    timed graph against 58-81 µs in the real run (docs/emulate.md)."""
+    replayer (vranks answering at once) take turns on the cores: pp_sleep_noopt on 2 CPUs was
+    calibrated +2.6 … +3.6 % with slices of 2 against +1.1 … +1.9 % with slices of 1 (docs/emulate.md,
+    "Hosts smaller than a slice")."""
     processes = slice_size + num_replayers
     if processes <= cpus:
         return None
     fits = cpus - num_replayers
     hint = f"; slices of {fits} fit this host (--slice-size)" if 1 <= fits < slice_size else ""
     return (f"a calibration slice runs {slice_size} real rank(s) and {num_replayers} replayer(s), {processes} "
-            f"processes on {cpus} CPU(s): they share cores, and the slices time the gaps between ops "
-            f"long (2 CPUs, slices of 2: about twice the real run's){hint}")
+            f"processes on {cpus} CPU(s): they share cores, and the calibrated times come out long "
+            f"(2 CPUs, a pipeline: +2.6 … +3.6 % with slices of 2, +1.1 … +1.9 % with slices of 1){hint}")
