@@ -3,7 +3,8 @@
 Per (op, size): ``--warmup`` untimed and ``--iters`` timed iterations of barrier, then the op
 (issue to completion, ``wait``). Sizes are the op's full buffer: all_reduce/broadcast N bytes,
 all_gather output N (input N/W), reduce_scatter input N (output N/W), all_to_all N in and out,
-send/recv N each way on a ring (send to rank+1, receive from rank-1). Inputs are the same in every
+send/recv N each way on a ring (send to rank+1, receive from rank-1; ``send_recv`` through
+``batch_isend_irecv``, ``isend_irecv`` as two plain calls). Inputs are the same in every
 run (recorded data must match them). Each rank writes ``<out>/rank-<R>.json``: seconds per
 iteration per ``<op>/<bytes>``, and ``<op>/<bytes>/cpu``: the process's CPU seconds (all its threads:
 the script's and, under prism, the comm engine's) over the same span.
@@ -17,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv", "isend_irecv")
 
 p = argparse.ArgumentParser()
 p.add_argument("--ops", default=",".join(OPS))
@@ -56,6 +57,9 @@ def run(op: str, nbytes: int):
                                            dist.P2POp(dist.irecv, out, (rank - 1) % world)])
             return reqs
         return exchange, None
+    if op == "isend_irecv":  # as a hand-written pipeline posts them: no batch (no coalescing manager)
+        x, out = torch.full((n,), fill), torch.empty(n)
+        return lambda: [dist.isend(x, (rank + 1) % world), dist.irecv(out, (rank - 1) % world)], None
     raise ValueError(f"--ops: unknown op {op!r}")
 
 

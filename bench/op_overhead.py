@@ -1,7 +1,7 @@
 """The emulator's own cost per op: a sandbox rank's time in an emulated op vs the real backend.
 
 For each op kind (all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, send/recv on a
-ring) and size (4 KiB to 16 MiB), the job ``bench/_op_loop.py`` times ``--iters`` iterations of
+ring batched, and isend/irecv on a ring posted one by one as a hand-written pipeline does) and size (4 KiB to 16 MiB), the job ``bench/_op_loop.py`` times ``--iters`` iterations of
 barrier + op (issue to completion) on every rank. It runs, per size, as
 
 * **real**: W processes started as torchrun starts them, plain gloo, no prism;
@@ -53,7 +53,7 @@ from prism.vrank_replayer.launch import capture_job, emulate
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "_op_loop.py"
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv", "isend_irecv")
 ITERS = {4096: 20, 65536: 20, 1048576: 10, 16777216: 3}
 """Timed iterations per size; a size between two keys takes the smaller key's count."""
 

@@ -219,6 +219,11 @@ def p2p_tag(seq: int, part: int, n: int, src: int, dst: int) -> int:
     """The tag of the one message of send/recv ``seq`` (group ranks ``src`` -> ``dst``): what the
     pruned P2P step uses (:func:`p2p_tag_base` plus the step's tag), for a side that posts the
     message itself instead of running the step machine."""
+    return _p2p_tag(seq % _P2P_WINDOW, part % _PARTS, n, src, dst)
+
+
+@functools.lru_cache(maxsize=4096)  # once per message on the script's thread, where a Step costs more
+def _p2p_tag(seq: int, part: int, n: int, src: int, dst: int) -> int:
     return p2p_tag_base(seq, part, n, src) + Step(0, src, dst, Phase.EXCHANGE, 0, 0).tag(n)
 
 

@@ -161,6 +161,7 @@ class LiveEngine(CommEngine):
         self.num_replayers = num_replayers
         self._device_path = device_path
         self.timeout_s = timeout_s
+        self._timeout = datetime.timedelta(seconds=timeout_s)
         self.out_dir = Path(out_dir)
         self.capture_dir = Path(capture_dir) if capture_dir else None
         self._store_addr = transport_store
@@ -300,8 +301,10 @@ class LiveEngine(CommEngine):
             channel = ("p", gid, src, dst)
         else:
             channel = ("c", gid)
-        with untracked():  # prism's own buffers on the script's thread, like a backend's
-            snapshot = [t.detach().clone() for t in request.inputs] if self.capture_dir else None
+        snapshot = None
+        if self.capture_dir is not None:
+            with untracked():  # prism's own buffers on the script's thread, like a backend's
+                snapshot = [t.detach().clone() for t in request.inputs]
         ch = self._channels.get(channel) or self._new_channel(channel, request)
         if self._recorded is not None and not ch.preloaded and request.op is not CommOp.RECV:
             self._recorded.prefetch(self._key(request, 0, seq=s)
@@ -405,27 +408,27 @@ class LiveEngine(CommEngine):
     def _finish_p2p(self, req: CommRequest, future: torch.futures.Future, snapshot,
                     posted: _Posted) -> Callable[[], None]:
         try:
-            timeout = datetime.timedelta(seconds=self.timeout_s)
-            with torch.no_grad():
-                # The divergence flag of a send: while the message is in flight (the script may not
-                # touch the tensor before its work completes), so it neither delays the message
-                # nor, after the transfer, the script's wait.
-                diverged = False
-                if req.op is CommOp.SEND and self._recorded is not None:
-                    for i, buf in enumerate(posted.bufs):
-                        rec = self._recorded.get(self._key(req, i))
-                        mine = rec.inputs.get(posted.group_rank) if rec is not None else None
-                        diverged |= mine is not None and (not matches_record(buf.reshape(-1), mine)
-                                                          or not same_bits(buf, mine))
+            # The divergence flag of a send: while the message is in flight (the script may not
+            # touch the tensor before its work completes), so it neither delays the message nor,
+            # after the transfer, the script's wait. The comparison records no autograd history, so
+            # no ``torch.no_grad()`` around it: on pp_sleep_noopt the two it had were a third of the
+            # GIL time of a message's wait (py-spy, session 36; docs/emulate.md).
+            diverged = False
+            if req.op is CommOp.SEND and self._recorded is not None:
+                for i, buf in enumerate(posted.bufs):
+                    rec = self._recorded.get(self._key(req, i))
+                    mine = rec.inputs.get(posted.group_rank) if rec is not None else None
+                    diverged |= mine is not None and (not matches_record(buf, mine)
+                                                      or not same_bits(buf, mine))
             for work in posted.works:
-                if not work.wait(timeout):
+                if not work.wait(self._timeout):
                     raise PrismError(f"rank {self.rank}: {req.op.value} on group {req.group.group_id} "
                                      f"seq {req.seq} timed out after {self.timeout_s}s")
-            with torch.no_grad():
-                for buf, target in zip(posted.bufs, posted.targets, strict=True):
-                    if target is not None:
+            for buf, target in zip(posted.bufs, posted.targets, strict=True):
+                if target is not None:
+                    with torch.no_grad():  # a pipeline's recv buffer may be a leaf that requires grad
                         target.copy_(buf)
-                self._done(req, diverged, snapshot, posted.num_bytes)
+            self._done(req, diverged, snapshot, posted.num_bytes)
         except BaseException as e:  # noqa: BLE001 - delivered to the waiter
             log.debug("rank %d: %s %s:%d failed", self.rank, req.op.value, req.group.group_id, req.seq, exc_info=True)
             return functools.partial(future.set_exception, e)
