@@ -13,5 +13,5 @@ for t in new base; do
   grep "host r" $OUT/ef_pp_$t.log | grep -v compute | sed "s/^/$t /"; echo "t=$(( $(date +%s)-T0 ))"
 done
 LEFT=$(( LIMIT - $(date +%s) + T0 - 10 ))
-timeout $LEFT python bench/emulate_fidelity.py --examples hybrid-sleep tp-sleep --sizes long --device-path host --warmup-steps 2 --parallel 1 --slice-size 4 --calibration-repeats 3 --repeats 3 --real-repeats 3 --budget-s $(( LEFT - 15 )) --first-job-s 130 --out $OUT/ef_rest.json > $OUT/ef_rest.log 2>&1
+PYTHONPATH=$ROOT timeout $LEFT python bench/emulate_fidelity.py --examples hybrid-sleep tp-sleep --sizes long --device-path host --warmup-steps 2 --parallel 1 --slice-size 4 --calibration-repeats 3 --repeats 3 --real-repeats 3 --budget-s $(( LEFT - 15 )) --first-job-s 130 --out $OUT/ef_rest.json > $OUT/ef_rest.log 2>&1
 grep "host r\|skipped" $OUT/ef_rest.log | grep -v compute; echo "t=$(( $(date +%s)-T0 ))"
