@@ -1,8 +1,9 @@
 """The emulator's own cost per op: a sandbox rank's time in an emulated op vs the real backend.
 
 For each op kind (all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, send/recv on a
-ring batched, and isend/irecv on a ring posted one by one as a hand-written pipeline does) and size (4 KiB to 16 MiB), the job ``bench/_op_loop.py`` times ``--iters`` iterations of
-barrier + op (issue to completion) on every rank. It runs, per size, as
+ring batched, and isend/irecv on a ring posted one by one as a hand-written pipeline does) and size
+(4 KiB to 16 MiB), the job ``bench/_op_loop.py`` times ``--iters`` iterations of barrier + op (issue
+to completion) on every rank. It runs, per size, as
 
 * **real**: W processes started as torchrun starts them, plain gloo, no prism;
 * **emulated**: ``emulate`` (prism/vrank_replayer/launch.py) with one and with two sandbox ranks

@@ -44,5 +44,5 @@ def crowded_slices(slice_size: int, num_replayers: int, cpus: int) -> str | None
     fits = cpus - num_replayers
     hint = f"; slices of {fits} fit this host (--slice-size)" if 1 <= fits < slice_size else ""
     return (f"a calibration slice runs {slice_size} real rank(s) and {num_replayers} replayer(s), {processes} "
-            f"processes on {cpus} CPU(s): they share cores, and the calibrated times come out long "
-            f"(2 CPUs, a pipeline: +2.6 … +3.6 % with slices of 2, +1.1 … +1.9 % with slices of 1){hint}")
+            f"processes on {cpus} CPU(s): they share cores, and the calibrated times can come out long "
+            f"(docs/emulate.md, \"Hosts smaller than a slice\"){hint}")

@@ -157,9 +157,17 @@ def calibrate_run(
         log.info("capture run of all %d ranks (recorded data for the slices)", job.world_size)
         capture_job(job, run.root, timeout_s=timeout_s)
     slices = plan_slices(representatives(job.world_size, template_of), slice_size)
-    replayers = next(f.default for f in dataclasses.fields(EmulateOptions) if f.name == "num_replayers")  # the slices'
-    if crowded := crowded_slices(max(map(len, slices), default=0), replayers, usable_cpus()):
-        log.warning("%s", crowded)
+
+    def slice_options(ranks: tuple[int, ...], out: Path) -> EmulateOptions:
+        return EmulateOptions(ranks=ranks, graph_kind=kind, out_dir=str(out), timeout_s=timeout_s,
+                              memory="untracked", phase=f"calibrate/{out.name}", eager_completion=True,
+                              **dict(device or {}))
+
+    if slices:
+        widest = max(slices, key=len)
+        replayers = slice_options(widest, run.root / "calibration").num_replayers
+        if crowded := crowded_slices(len(widest), replayers, usable_cpus()):
+            log.warning("%s", crowded)
     measured: dict[int, tuple[Node, ...]] = {}
     summaries: dict[int, RankSummary] = {}
     results = []
@@ -173,9 +181,7 @@ def calibrate_run(
         steps = {}
         for k in range(max(1, repeats)):
             out = run.root / "calibration" / (f"slice-{i:03d}" if k == 0 else f"slice-{i:03d}-{k}")
-            emulate(run.root, EmulateOptions(ranks=ranks, graph_kind=kind, out_dir=str(out), timeout_s=timeout_s,
-                                             memory="untracked", phase=f"calibrate/{out.name}", eager_completion=True,
-                                             **dict(device or {})))
+            emulate(run.root, slice_options(ranks, out))
             for r in ranks:
                 record = _load_record(out, r)
                 takes[r].append(typical_steps(record.nodes, skip_steps))
