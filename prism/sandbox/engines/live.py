@@ -412,14 +412,17 @@ class LiveEngine(CommEngine):
             # touch the tensor before its work completes), so it neither delays the message nor,
             # after the transfer, the script's wait. The comparison records no autograd history, so
             # no ``torch.no_grad()`` around it: on pp_sleep_noopt the two it had were a third of the
-            # GIL time of a message's wait (py-spy, session 36; docs/emulate.md).
+            # GIL time of a message's wait (py-spy, session 36; docs/emulate.md). Untracked: it runs
+            # on the script's thread when the script waits, and a recorded value it touches (read
+            # from disk, outside the dispatcher) would count in the rank's peak from then on.
             diverged = False
             if req.op is CommOp.SEND and self._recorded is not None:
-                for i, buf in enumerate(posted.bufs):
-                    rec = self._recorded.get(self._key(req, i))
-                    mine = rec.inputs.get(posted.group_rank) if rec is not None else None
-                    diverged |= mine is not None and (not matches_record(buf, mine)
-                                                      or not same_bits(buf, mine))
+                with untracked():
+                    for i, buf in enumerate(posted.bufs):
+                        rec = self._recorded.get(self._key(req, i))
+                        mine = rec.inputs.get(posted.group_rank) if rec is not None else None
+                        diverged |= mine is not None and (not matches_record(buf, mine)
+                                                          or not same_bits(buf, mine))
             for work in posted.works:
                 if not work.wait(self._timeout):
                     raise PrismError(f"rank {self.rank}: {req.op.value} on group {req.group.group_id} "
