@@ -16,6 +16,17 @@ if [ -n "$LONG" ]; then
   L=$(left)
   timeout $(( L - 10 )) python bench/emulate_fidelity.py --examples $LONG --sizes long --device-path host --warmup-steps 2 --parallel 1 --slice-size 4 --calibration-repeats 3 --repeats 3 --real-repeats 3 --budget-s $(( ${LONG_BUDGET_S:-330} < L - 25 ? ${LONG_BUDGET_S:-330} : L - 25 )) --first-job-s 130 --out $OUT/ef_long.json > $OUT/ef_long.log 2>&1
   grep "host r\|skipped" $OUT/ef_long.log | grep -v compute; echo "t=$(( $(date +%s)-T0 ))"
+  # every measured step of each real run and emulation (fsdp2-sleep's real runs spread by 6-8 %:
+  # a few slow steps, or every step?)
+  python - <<'PY'
+import json, os
+d = json.load(open(os.environ["OUT"] + "/ef_long.json"))
+for j in d["jobs"]:
+    for r, v in j.get("ranks", {}).items():
+        for k in ("real_runs_step_ms", "emulated_runs_step_ms"):
+            for e in v.get(k, []):
+                print(j["example"], r, k.split("_")[0], [round(x, 1) for x in e[1:]])
+PY
 fi
 if [ -n "$SHORT" ]; then
   L=$(left)
