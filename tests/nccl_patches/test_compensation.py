@@ -282,14 +282,18 @@ def test_a_message_posted_directly_carries_the_tag_of_its_p2p_step(seq, part, n,
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64,
                                    torch.int8, torch.bool])
-def test_same_bits_is_bitwise_equality_of_every_element(dtype):
-    base = (torch.arange(-50, 50) % 7).to(dtype)
+@pytest.mark.parametrize("numel", [100, 40_000])  # torch.equal below 32 KiB, NumPy from there on
+def test_same_bits_is_bitwise_equality_of_every_element(dtype, numel):
+    base = (torch.arange(-numel // 2, numel - numel // 2) % 7).to(dtype)
     assert same_bits(base, base.clone())
-    assert same_bits(base.reshape(10, 10), base.clone())  # shapes differ, elements do not
+    assert same_bits(base.reshape(10, numel // 10), base.clone())  # shapes differ, elements do not
     other = base.clone()
-    other[63] = ~other[63] if dtype is torch.bool else other[63] + 1
+    other[numel - 37] = ~other[numel - 37] if dtype is torch.bool else other[numel - 37] + 1
     assert not same_bits(other, base)
     assert bool(bits_equal(other, base).all()) == same_bits(other, base)
+    if dtype.is_floating_point:  # a message that requires grad (a pipeline's activation)
+        leaf = base.clone().requires_grad_()
+        assert same_bits(leaf, base) and not same_bits(leaf, other)
 
 
 def test_same_bits_tells_signed_zeros_and_nan_payloads_apart_as_bits_equal_does():
