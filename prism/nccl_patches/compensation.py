@@ -109,9 +109,10 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a`` equals ``b`` bit for bit everywhere (``bits_equal(a, b).all()``), as one
     comparison of memory, never an elementwise mask and its reduction (512 KiB: ~140 µs). A sandbox
     rank's divergence check of each send and a vrank's deviation of each received chunk run it on
-    the op's critical path, where the few torch calls it makes count more than the comparison: a
-    sandbox rank woken from a sleep-compute span ran the earlier dozen calls in 150-240 µs of CPU
-    against ~7 µs in a loop (pp_sleep_noopt on 2 cores, session 37)."""
+    the op's critical path, where the torch calls it makes count more than the comparison: on
+    pp_sleep_noopt (2 cores, session 37) a send's whole check, the record's lookup included, took a
+    median 75-102 µs of thread CPU per rank with the earlier dozen calls (~6 µs in a loop: a rank
+    woken from a sleep runs them cold), 36-60 µs with these."""
     if a.numel() != b.numel() or a.dtype != b.dtype:
         raise PrismError(f"the value is {_describe(a)} but the recorded one is {_describe(b)}")
     if a.device != b.device:
