@@ -87,7 +87,8 @@ def _as_bits(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     compares bits; an error naming both when they differ in size or dtype."""
     if a.numel() != b.numel() or a.dtype != b.dtype:
         raise PrismError(f"the value is {_describe(a)} but the recorded one is {_describe(b)}")
-    a = a.to(b.device)
+    if a.device != b.device:  # a call saved on the host, where both are (same_bits' hot path)
+        a = a.to(b.device)
     view = _BIT_VIEW.get(a.dtype)
     return (a.view(view), b.view(view)) if view is not None else (a, b)
 
@@ -113,15 +114,9 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     pp_sleep_noopt (2 cores, session 37) a send's whole check, the record's lookup included, took a
     median 75-102 µs of thread CPU per rank with the earlier dozen calls (~6 µs in a loop: a rank
     woken from a sleep runs them cold), 36-60 µs with these."""
-    if a.numel() != b.numel() or a.dtype != b.dtype:
-        raise PrismError(f"the value is {_describe(a)} but the recorded one is {_describe(b)}")
-    if a.device != b.device:
-        a = a.to(b.device)
+    a, b = _as_bits(a, b)
     if a.shape != b.shape:
         a, b = a.reshape(-1), b.reshape(-1)
-    view = _BIT_VIEW.get(a.dtype)
-    if view is not None:
-        a, b = a.view(view), b.view(view)
     if a.device.type == "cpu" and a.numel() * a.element_size() >= _NUMPY_FROM_BYTES:
         try:  # a message may require grad; NumPy refuses those
             return bool(np.array_equal(a.detach().numpy(), b.detach().numpy()))
