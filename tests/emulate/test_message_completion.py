@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 
 from prism.core.config import load_job
+from prism.core.whatif import SandboxChange
 from prism.graph.io import read_graph
 from prism.graph.records import NodeKind
 from prism.graph.simulate import estimate_transfers
 from prism.sandbox.recording import record_job
+from prism.vrank_replayer import EmulateOptions, capture_job, emulate
 from prism.vrank_replayer.calibrate_run import calibrate_run
 
 pytestmark = pytest.mark.timeout(600)
@@ -40,3 +42,20 @@ def test_a_slice_times_a_message_to_its_completion_not_to_the_late_wait(tmp_path
     sends = early_message(timed, NodeKind.SEND, 0)
     assert all(transfers[(0, 1, n.group_id, n.seq)] < 10e6 for n in sends), transfers
     assert all(n.duration_ns < 30e6 for n in sends), [n.duration_ns / 1e6 for n in sends]
+
+
+def test_every_send_whose_values_changed_is_flagged_whoever_runs_its_check(tmp_path):
+    # A send's divergence check runs on its channel thread while the script computes, or on the
+    # script's thread when the script waits first (the blocking send): either way each message
+    # rank 0 sends with other values than the recorded ones is flagged, and none when unchanged.
+    job = load_job(str(JOB))
+    run = tmp_path / "run"
+    record_job(job, run)
+    capture_job(job, run, derive_for=(0,), timeout_s=240)
+    same = emulate(run, EmulateOptions(ranks=(0,), timeout_s=240))
+    assert same.ranks[0].diverged_ops == ()
+    changed = emulate(run, EmulateOptions(ranks=(0,), timeout_s=240,
+                                          change=SandboxChange(env=(("LATE_WAIT_OFFSET", "1"),))))
+    flagged = changed.ranks[0].diverged_ops
+    assert len(flagged) == 8 and all(op.startswith("send ") for op in flagged), flagged  # 4 steps x 2 sends
+    assert len(set(flagged)) == 8, flagged
