@@ -309,6 +309,19 @@ def test_same_bits_tells_signed_zeros_and_nan_payloads_apart_as_bits_equal_does(
         same_bits(zeros.double(), zeros)
 
 
+def test_same_bits_compares_values_where_memory_is_not_the_values():
+    # Small host tensors are compared as bytes; a view whose memory is another order of its
+    # values, an offset into a storage, or a lazily conjugated tensor must still compare values.
+    grid = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    assert same_bits(grid.t(), grid.t().contiguous())
+    assert not same_bits(grid.t(), grid.reshape(4, 3))  # the same memory, other values
+    line = torch.arange(20, dtype=torch.float32)
+    assert same_bits(line[10:], torch.arange(10, 20, dtype=torch.float32))
+    assert not same_bits(line[:10], torch.arange(10, 20, dtype=torch.float32))
+    c = torch.tensor([1 + 2j, 3 - 1j])
+    assert same_bits(c.conj(), c.conj().resolve_conj()) and not same_bits(c.conj(), c)
+
+
 @pytest.mark.parametrize("algo", [Algo.RING_ALL_REDUCE, Algo.RING_ALL_GATHER])
 @pytest.mark.parametrize("numel", [3, 37])
 @pytest.mark.parametrize("sandbox", [(1,), (0, 1, 2), (2, 3, 5)])
