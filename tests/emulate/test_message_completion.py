@@ -44,18 +44,19 @@ def test_a_slice_times_a_message_to_its_completion_not_to_the_late_wait(tmp_path
     assert all(n.duration_ns < 30e6 for n in sends), [n.duration_ns / 1e6 for n in sends]
 
 
-def test_every_send_whose_values_changed_is_flagged_whoever_runs_its_check(tmp_path):
-    # A send's divergence check runs on its channel thread while the script computes, or on the
-    # script's thread when the script waits first (the blocking send): either way each message
-    # rank 0 sends with other values than the recorded ones is flagged, and none when unchanged.
+def test_every_send_whose_values_changed_is_flagged_diverged_on_either_completing_thread(tmp_path):
+    # A send's divergence check runs on the thread that completes it: the script's when its wait
+    # gets there first (both of rank 0's sends here, the one waited for late and the blocking one),
+    # the channel thread under eager completion (a calibration slice's). Either way each message
+    # sent with other values than the recorded ones is flagged, and none when nothing changed.
     job = load_job(str(JOB))
     run = tmp_path / "run"
     record_job(job, run)
     capture_job(job, run, derive_for=(0,), timeout_s=240)
-    same = emulate(run, EmulateOptions(ranks=(0,), timeout_s=240))
-    assert same.ranks[0].diverged_ops == ()
-    changed = emulate(run, EmulateOptions(ranks=(0,), timeout_s=240,
-                                          change=SandboxChange(env=(("LATE_WAIT_OFFSET", "1"),))))
-    flagged = changed.ranks[0].diverged_ops
-    assert len(flagged) == 8 and all(op.startswith("send ") for op in flagged), flagged  # 4 steps x 2 sends
-    assert len(set(flagged)) == 8, flagged
+    assert emulate(run, EmulateOptions(ranks=(0,), timeout_s=240)).ranks[0].diverged_ops == ()
+    change = SandboxChange(env=(("LATE_WAIT_OFFSET", "1"),))
+    for eager in (False, True):
+        got = emulate(run, EmulateOptions(ranks=(0,), timeout_s=240, change=change, eager_completion=eager))
+        flagged = got.ranks[0].diverged_ops
+        assert len(set(flagged)) == len(flagged) == 8, (eager, flagged)  # 4 steps x 2 sends
+        assert all(op.startswith("send ") for op in flagged), (eager, flagged)
