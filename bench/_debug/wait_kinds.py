@@ -1,0 +1,53 @@
+"""The script's waits of one rank, by the kind of op waited for (SEND / RECV / a collective): count,
+median and sum per measured step, in the real run(s), the timed graph and each emulation of a run
+directory (a ``bench/emulate_fidelity.py --keep DIR`` job directory, or a ``prism validate`` run).
+A wait for a send posted long before should cost what it costs in the real run; on the sandbox path
+it carried the send's divergence check (docs/emulate.md, "A send's wait on the sandbox path").
+
+    python bench/_debug/wait_kinds.py RUN 2 [--skip 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import pickle
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from prism.graph.io import read_graph  # noqa: E402
+from prism.graph.records import NodeKind  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("run")
+    p.add_argument("rank", type=int)
+    p.add_argument("--skip", type=int, default=3, help="steps before this one are left out (warm-up)")
+    a = p.parse_args()
+    run = Path(a.run)
+    sources = {"real": read_graph(run / "graph" / "real").nodes[a.rank]}
+    for k in sorted(glob.glob(str(run / "real-repeats" / "*" / "graph" / "real"))):
+        sources["real" + Path(k).parts[-3]] = read_graph(k).nodes[a.rank]
+    if (run / "graph" / "timed").exists():
+        sources["timed"] = read_graph(run / "graph" / "timed").nodes[a.rank]
+    for i, e in enumerate(sorted(glob.glob(str(run / "emulations" / "*" / f"rank-{a.rank:05d}.pkl")))):
+        with open(e, "rb") as f:
+            sources[f"emulated{i}"] = pickle.load(f).nodes
+    for name, nodes in sources.items():
+        by_index = {n.index: n for n in nodes}
+        steps = {n.step for n in nodes if n.step >= a.skip}
+        waits: dict[str, list[float]] = {}
+        for n in nodes:
+            if n.kind is NodeKind.WAIT and n.step >= a.skip and n.target in by_index:
+                waits.setdefault(by_index[n.target].kind.name, []).append(n.duration_ns / 1e3)
+        cols = "  ".join(f"{k}: {len(v)} waits, median {statistics.median(v):.0f} us, {sum(v) / 1e3 / max(1, len(steps)):.2f} ms/step"
+                         for k, v in sorted(waits.items()))
+        print(f"rank {a.rank} {name:10s} {cols}")
+
+
+if __name__ == "__main__":
+    main()
