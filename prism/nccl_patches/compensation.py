@@ -131,9 +131,10 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _same_host_bytes(a: torch.Tensor, b: torch.Tensor) -> bool | None:
     """Whether two small tensors in host memory hold the same bytes, read through their data
-    pointers, no dispatcher call (a send's whole divergence check in a timed emulation, the record's
-    lookup included: 78–85 µs per message with three torch calls, 22–29 µs with none; pp-sleep at
-    W=4 on 2 cores, session 38); None when that does not answer it: another size, dtype or device,
+    pointers, no dispatcher call (a send's whole divergence check, the record's lookup included,
+    pp-sleep at W=4 on 2 cores, session 38: 96–132 µs per message with three torch calls in the
+    tracked memory pass, whose dispatch mode sees each one, 25–44 µs with none; 36–45 against 24–44
+    µs in the timed emulation); None when that does not answer it: another size, dtype or device,
     a layout whose memory is not its values (strided, lazily conjugated or negated), or no storage
     (a fake tensor)."""
     try:
