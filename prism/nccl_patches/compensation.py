@@ -150,6 +150,33 @@ def _same_host_bytes(a: torch.Tensor, b: torch.Tensor) -> bool | None:
         return None
 
 
+def host_bytes(t: torch.Tensor) -> bytes | None:
+    """A copy of a small tensor's bytes in host memory, taken with no torch call, for a comparison
+    made later (:func:`same_bits_as`); None where :func:`_same_host_bytes` would not answer."""
+    try:
+        if t.device.type != "cpu" or not t.is_contiguous() or t.is_conj() or t.is_neg():
+            return None
+        n = t.numel() * t.element_size()
+        return ctypes.string_at(t.data_ptr(), n) if n < _NUMPY_FROM_BYTES else None
+    except RuntimeError:  # no storage to point at
+        return None
+
+
+def same_bits_as(data: bytes, dtype: torch.dtype, numel: int, recorded: torch.Tensor) -> bool:
+    """Whether ``data`` (:func:`host_bytes` of a tensor of ``dtype`` and ``numel``) equals
+    ``recorded`` bit for bit; False where their sizes or dtypes differ."""
+    if recorded.dtype is not dtype or recorded.numel() != numel:
+        return False
+    if (equal := _same_host_bytes_of(data, recorded)) is not None:
+        return equal
+    return same_bits(torch.frombuffer(bytearray(data), dtype=dtype, count=numel), recorded)
+
+
+def _same_host_bytes_of(data: bytes, t: torch.Tensor) -> bool | None:
+    theirs = host_bytes(t) if len(data) < _NUMPY_FROM_BYTES else None
+    return None if theirs is None else theirs == data
+
+
 def _describe(t: torch.Tensor) -> str:
     return describe(t.dtype, t.numel())
 

@@ -3,6 +3,7 @@ record`` stamps its completion at the script's wait, as a plain gloo run's wait 
 calibration slice stamps it when gloo finished it, so the timed graph holds the transfer and not
 the compute before the wait (docs/timing.md, "Messages the script waits for")."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -44,19 +45,20 @@ def test_a_slice_times_a_message_to_its_completion_not_to_the_late_wait(tmp_path
     assert all(n.duration_ns < 30e6 for n in sends), [n.duration_ns / 1e6 for n in sends]
 
 
-def test_every_send_whose_values_changed_is_flagged_diverged_on_either_completing_thread(tmp_path):
-    # A send's divergence check runs on the thread that completes it: the script's when its wait
-    # gets there first (both of rank 0's sends here, the one waited for late and the blocking one),
-    # the channel thread under eager completion (a calibration slice's). Either way each message
-    # sent with other values than the recorded ones is flagged, and none when nothing changed.
+@pytest.mark.parametrize(("steps", "numel", "eager"), [(40, 256, False), (4, 16384, False), (4, 16384, True)])
+def test_every_send_whose_values_changed_is_flagged_diverged(tmp_path, steps, numel, eager):
+    # A small send's bytes are kept at its post and checked later in batches of 64 on a channel
+    # thread (40 steps: one batch, the rest at the end); a large one (64 KiB) is checked by the
+    # thread that completes it: the script's when its wait gets there first, the channel thread
+    # under eager completion (a calibration slice's). Either way each message sent with other
+    # values than the recorded ones is flagged, and none when nothing changed.
     job = load_job(str(JOB))
+    job = dataclasses.replace(job, env={**job.env, "LATE_WAIT_STEPS": str(steps), "LATE_WAIT_NUMEL": str(numel)})
     run = tmp_path / "run"
     record_job(job, run)
     capture_job(job, run, derive_for=(0,), timeout_s=240)
-    assert emulate(run, EmulateOptions(ranks=(0,), timeout_s=240)).ranks[0].diverged_ops == ()
+    assert emulate(run, EmulateOptions(ranks=(0,), timeout_s=240, eager_completion=eager)).ranks[0].diverged_ops == ()
     change = SandboxChange(env=(("LATE_WAIT_OFFSET", "1"),))
-    for eager in (False, True):
-        got = emulate(run, EmulateOptions(ranks=(0,), timeout_s=240, change=change, eager_completion=eager))
-        flagged = got.ranks[0].diverged_ops
-        assert len(set(flagged)) == len(flagged) == 8, (eager, flagged)  # 4 steps x 2 sends
-        assert all(op.startswith("send ") for op in flagged), (eager, flagged)
+    flagged = emulate(run, EmulateOptions(ranks=(0,), timeout_s=240, change=change, eager_completion=eager)).ranks[0].diverged_ops
+    assert len(set(flagged)) == len(flagged) == 2 * steps, flagged  # every step's two sends
+    assert all(op.startswith("send ") for op in flagged), flagged

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prism.core.errors import PrismError
-from prism.nccl_patches.compensation import bits_equal, record_for_sandbox, same_bits
+from prism.nccl_patches.compensation import bits_equal, host_bytes, record_for_sandbox, same_bits, same_bits_as
 from prism.nccl_patches.parties import NeighborParty, SandboxParty
 from prism.nccl_patches.pruned import neighbor_ranks, run_in_process
 from prism.nccl_patches.reduction import chunk_bounds, reduce_chunk, ring_order, ring_reduce
@@ -320,6 +320,22 @@ def test_same_bits_compares_values_where_memory_is_not_the_values():
     assert not same_bits(line[:10], torch.arange(10, 20, dtype=torch.float32))
     c = torch.tensor([1 + 2j, 3 - 1j])
     assert same_bits(c.conj(), c.conj().resolve_conj()) and not same_bits(c.conj(), c)
+
+
+def test_bytes_kept_at_a_send_compare_later_as_same_bits_would():
+    # A small send's bytes are copied at its post and compared with the record later.
+    sent = torch.tensor([0.0, -0.0, float("nan"), 3.5])
+    data = host_bytes(sent)
+    assert data is not None and len(data) == 16
+    sent += 1  # the script may reuse the tensor after its wait; the copy is what was sent
+    recorded = torch.tensor([0.0, -0.0, float("nan"), 3.5])
+    assert same_bits_as(data, torch.float32, 4, recorded)
+    assert same_bits_as(data, torch.float32, 4, torch.stack([recorded, recorded], 1)[:, 0])  # strided record
+    assert not same_bits_as(data, torch.float32, 4, torch.tensor([0.0, 0.0, float("nan"), 3.5]))  # -0.0
+    assert not same_bits_as(data, torch.float32, 4, recorded.double())  # another dtype: a divergence
+    assert not same_bits_as(data, torch.float32, 4, recorded[:3])
+    assert host_bytes(torch.arange(6.0).reshape(2, 3).t()) is None  # strided: checked at the wait
+    assert host_bytes(torch.zeros(40_000)) is None  # large: checked at the wait
 
 
 @pytest.mark.parametrize("algo", [Algo.RING_ALL_REDUCE, Algo.RING_ALL_GATHER])

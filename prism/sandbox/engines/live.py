@@ -55,7 +55,14 @@ from prism.core.errors import MismatchError, PrismError
 from prism.core.layout import DEVICE_DATA_PATHS
 from prism.graph.records import CommOp
 from prism.nccl_patches import run_sandbox_side
-from prism.nccl_patches.compensation import describe, matches_record, recorded_on_another_path, same_bits
+from prism.nccl_patches.compensation import (
+    describe,
+    host_bytes,
+    matches_record,
+    recorded_on_another_path,
+    same_bits,
+    same_bits_as,
+)
 from prism.nccl_patches.parties import SandboxParty
 from prism.nccl_patches.recorded_store import RecordedStore, collective_key, p2p_key, write_capture
 from prism.nccl_patches.schedule import Algo
@@ -131,6 +138,17 @@ class _Posted:
     """Where a received part is copied when it could not be received in place."""
     group_rank: int
     num_bytes: int
+    checked_later: bool = False
+    """A send whose divergence check was deferred (:meth:`LiveEngine._defer_send_check`)."""
+
+
+_DEFERRED_CHECKS = 64
+"""Sends whose divergence checks wait for one batch, run on a channel thread (their records, loaded
+ahead, are held until then)."""
+
+
+def _nothing() -> None:
+    return None
 
 
 class LiveEngine(CommEngine):
@@ -177,6 +195,9 @@ class LiveEngine(CommEngine):
         self._transport_locks: dict[str, threading.Lock] = {}
         self._num_ops = 0
         self._diverged: list[dict] = []
+        self._deferred: list[tuple[str, str, list[tuple[str, torch.dtype, int, bytes]], int]] = []
+        """Sends whose divergence check waits for a batch: (op key, op, parts, sender's group rank)."""
+        self._deferred_lock = threading.Lock()
         self._traffic_bytes = 0
         self._first_done_unix_s: float | None = None
         self._capture_meta: list[dict] = []
@@ -327,6 +348,8 @@ class LiveEngine(CommEngine):
             failed: torch.futures.Future = torch.futures.Future()
             failed.set_exception(e)
             return failed
+        if request.op is CommOp.SEND and self._recorded is not None:
+            self._defer_send_check(request, posted, ch)
         # Posted; completed by the thread that waits for it, as record's passthrough does (the
         # channel thread only when something else asks or the channel's next message comes first).
         return self._claims.future(channel, (request, snapshot, posted, ch), self._finish_here, self._to_channel)
@@ -416,7 +439,7 @@ class LiveEngine(CommEngine):
             # on the script's thread when the script waits, and a recorded value it touches (read
             # from disk, outside the dispatcher) would count in the rank's peak from then on.
             diverged = False
-            if req.op is CommOp.SEND and self._recorded is not None:
+            if req.op is CommOp.SEND and self._recorded is not None and not posted.checked_later:
                 with untracked():
                     for i, buf in enumerate(posted.bufs):
                         rec = self._recorded.get(self._key(req, i))
@@ -436,6 +459,43 @@ class LiveEngine(CommEngine):
             log.debug("rank %d: %s %s:%d failed", self.rank, req.op.value, req.group.group_id, req.seq, exc_info=True)
             return functools.partial(future.set_exception, e)
         return functools.partial(self._complete, future, req.outputs, req.extra)
+
+    def _defer_send_check(self, req: CommRequest, posted: _Posted, ch: _Channel) -> None:
+        """Keep a copy of a small send's bytes (no torch call) and compare them with the recorded
+        message later, in batches on a channel thread, instead of in the script's wait for the
+        send: there the check (the record's lookup and the comparison, run cold after the script's
+        compute) was a third of a send wait on 2 cores and the largest part of its excess over the
+        real run's (session 38; docs/emulate.md, "A send's wait on the sandbox path"). Larger
+        messages are checked at the wait as before."""
+        parts = []
+        for i, buf in enumerate(posted.bufs):
+            data = host_bytes(buf)
+            if data is None:
+                return
+            parts.append((self._key(req, i), buf.dtype, buf.numel(), data))
+        posted.checked_later = True
+        with self._deferred_lock:
+            self._deferred.append((self._key(req, 0).rsplit("/", 1)[0], req.op.value, parts, posted.group_rank))
+            if len(self._deferred) < _DEFERRED_CHECKS:
+                return
+            batch, self._deferred = self._deferred, []
+        ch.queue.put((self._check_deferred, batch))
+
+    def _check_deferred(self, batch) -> Callable[[], None]:
+        """Flag the sends of ``batch`` whose bytes differ from the recorded ones; returns a no-op
+        (a channel thread's item returns what completes it)."""
+        diverged = []
+        with untracked():  # recorded values are read outside the dispatcher
+            for key, op, parts, group_rank in batch:
+                for part_key, dtype, numel, data in parts:
+                    rec = self._recorded.get(part_key)
+                    mine = rec.inputs.get(group_rank) if rec is not None else None
+                    if mine is not None and not same_bits_as(data, dtype, numel, mine):
+                        diverged.append({"key": key, "op": op})
+                        break
+        with self._lock:
+            self._diverged.extend(diverged)
+        return _nothing
 
     # ------------------------------------------------------------------------------ one op
 
@@ -549,6 +609,9 @@ class LiveEngine(CommEngine):
             ch.queue.put(None)
         for ch in channels:
             ch.thread.join(timeout=self.timeout_s)
+        with self._deferred_lock:
+            batch, self._deferred = self._deferred, []
+        self._check_deferred(batch)
         from ..shim import current_sandbox  # the recorder holds the losses
 
         sandbox = current_sandbox()

@@ -2,7 +2,9 @@
 compute, and rank 1 posts its receive at 20 ms and waits after 60 more, as a pipeline posts its
 receives early and waits after its compute: the message is done long before either wait. Then
 rank 0 computes 60 ms and sends rank 1 a blocking message. ``LATE_WAIT_OFFSET`` (default 0) is
-added to every value rank 0 sends (a what-if whose messages differ from the recorded ones)."""
+added to every value rank 0 sends (a what-if whose messages differ from the recorded ones);
+``LATE_WAIT_STEPS`` (default 4) and ``LATE_WAIT_NUMEL`` (default 256) set the steps and the early
+message's size."""
 
 import os
 import time
@@ -13,10 +15,12 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 offset = float(os.environ.get("LATE_WAIT_OFFSET", "0"))
+steps = int(os.environ.get("LATE_WAIT_STEPS", "4"))
+numel = int(os.environ.get("LATE_WAIT_NUMEL", "256"))
 w = torch.nn.Parameter(torch.ones(4))
 opt = torch.optim.SGD([w], lr=0.1)
-for step in range(4):
-    message = torch.full((256,), float(step) + (offset if rank == 0 else 0.0))
+for step in range(steps):
+    message = torch.full((numel,), float(step) + (offset if rank == 0 else 0.0))
     if rank == 0:
         work = dist.isend(message, 1)
         time.sleep(0.03)
