@@ -167,14 +167,9 @@ def same_bits_as(data: bytes, dtype: torch.dtype, numel: int, recorded: torch.Te
     ``recorded`` bit for bit; False where their sizes or dtypes differ."""
     if recorded.dtype is not dtype or recorded.numel() != numel:
         return False
-    if (equal := _same_host_bytes_of(data, recorded)) is not None:
-        return equal
+    if (theirs := host_bytes(recorded)) is not None:
+        return theirs == data
     return same_bits(torch.frombuffer(bytearray(data), dtype=dtype, count=numel), recorded)
-
-
-def _same_host_bytes_of(data: bytes, t: torch.Tensor) -> bool | None:
-    theirs = host_bytes(t) if len(data) < _NUMPY_FROM_BYTES else None
-    return None if theirs is None else theirs == data
 
 
 def _describe(t: torch.Tensor) -> str:

@@ -21,7 +21,9 @@ caller's thread (as the real backend does) and completed by the thread that wait
 it only when something else asks or the channel's next message comes first. Recorded data (needed
 only for the divergence flag, never for a recv) is loaded ahead: a channel's records when it is
 first used (:meth:`~prism.nccl_patches.recorded_store.RecordedStore.preload`, within a budget),
-else a few ops ahead.
+else a few ops ahead. A small send's flag is not computed in the script's wait: its bytes are
+copied at the post and compared with the record in batches on a channel thread
+(:meth:`LiveEngine._defer_send_check`).
 
 With every rank a sandbox rank and no replayer (``sandbox`` = all), this is a real all-rank run
 whose reductions follow prism's ring order, i.e. the values a collection produces; with
