@@ -130,29 +130,23 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _same_host_bytes(a: torch.Tensor, b: torch.Tensor) -> bool | None:
-    """Whether two small tensors in host memory hold the same bytes, read through their data
-    pointers, no dispatcher call (a send's whole divergence check, the record's lookup included,
-    pp-sleep at W=4 on 2 cores, session 38: 96–132 µs per message with three torch calls in the
-    tracked memory pass, whose dispatch mode sees each one, 25–44 µs with none; 36–45 against 24–44
-    µs in the timed emulation); None when that does not answer it: another size, dtype or device,
-    a layout whose memory is not its values (strided, lazily conjugated or negated), or no storage
-    (a fake tensor)."""
-    try:
-        if (a.dtype is not b.dtype or a.numel() != b.numel() or a.device.type != "cpu" or b.device.type != "cpu"
-                or not (a.is_contiguous() and b.is_contiguous()) or a.is_conj() or b.is_conj()
-                or a.is_neg() or b.is_neg()):
-            return None
-        n = a.numel() * a.element_size()
-        if n >= _NUMPY_FROM_BYTES:
-            return None
-        return n == 0 or ctypes.string_at(a.data_ptr(), n) == ctypes.string_at(b.data_ptr(), n)
-    except RuntimeError:  # no storage to point at
+    """Whether two small tensors in host memory hold the same bytes (:func:`host_bytes`: no
+    dispatcher call; a send's whole divergence check, the record's lookup included, pp-sleep at W=4
+    on 2 cores, session 38: 96–132 µs per message with three torch calls in the tracked memory
+    pass, whose dispatch mode sees each one, 25–44 µs with none; 36–45 against 24–44 µs in the
+    timed emulation); None when that does not answer it: another size or dtype, or either one not
+    readable as its bytes."""
+    if a.dtype is not b.dtype or a.numel() != b.numel() or (mine := host_bytes(a)) is None:
         return None
+    theirs = host_bytes(b)
+    return None if theirs is None else mine == theirs
 
 
 def host_bytes(t: torch.Tensor) -> bytes | None:
-    """A copy of a small tensor's bytes in host memory, taken with no torch call, for a comparison
-    made later (:func:`same_bits_as`); None where :func:`_same_host_bytes` would not answer."""
+    """A copy of a small tensor's bytes (below ``_NUMPY_FROM_BYTES``) in host memory, read through
+    its data pointer with no torch call, e.g. for a comparison made later (:func:`same_bits_as`);
+    None for another device, a layout whose memory is not its values (strided, lazily conjugated
+    or negated), or no storage (a fake tensor)."""
     try:
         if t.device.type != "cpu" or not t.is_contiguous() or t.is_conj() or t.is_neg():
             return None

@@ -475,9 +475,11 @@ class LiveEngine(CommEngine):
             if data is None:
                 return
             parts.append((self._key(req, i), buf.dtype, buf.numel(), data))
+        if not parts:
+            return
         posted.checked_later = True
         with self._deferred_lock:
-            self._deferred.append((self._key(req, 0).rsplit("/", 1)[0], req.op.value, parts, posted.group_rank))
+            self._deferred.append((parts[0][0].rsplit("/", 1)[0], req.op.value, parts, posted.group_rank))
             if len(self._deferred) < _DEFERRED_CHECKS:
                 return
             batch, self._deferred = self._deferred, []
