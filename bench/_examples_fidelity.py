@@ -165,7 +165,8 @@ def example_ranks(name: str) -> tuple[int, ...]:
 
 def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | None, repeats: int, real_repeats: int,
                 slice_size: int, calibration_repeats: int, timeout_s: float, order: str = "alternate",
-                device_path: str = "auto", world: int | None = None, warmup: int | None = None) -> list[dict]:
+                device_path: str = "auto", world: int | None = None, warmup: int | None = None,
+                replayers: int = 1) -> list[dict]:
     """``order``: ``phases`` runs every real run, then the calibration, then every emulation;
     ``alternate`` records the first real run (the structure the calibration uses), calibrates, then
     alternates emulation i with real run i + 1, so a drift of the host's speed meets both sides
@@ -175,7 +176,8 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
     (calibration and emulations per path; with ``alternate``, ``real_repeats`` real runs per path,
     each beside an emulation of that path). One result per path. ``warmup``: warm-up steps instead
     of the job file's (docs/emulate.md: a real run's first step after one warm-up step still holds
-    the ranks' start-up skew)."""
+    the ranks' start-up skew). ``replayers``: replayer processes of each emulation (the calibration's
+    slices keep their one)."""
     job = example_job(name, size, world, warmup)
     ranks = ranks or example_ranks(name)
     if outside := [r for r in ranks if not 0 <= r < job.world_size]:
@@ -215,7 +217,8 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
         emus[path] = []
         for i in range(repeats):
             emus[path].append(emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s,
-                                                                     device_path=path), skip_steps=warmup))
+                                                                     device_path=path, num_replayers=replayers),
+                                                  skip_steps=warmup))
             probes.setdefault(f"emulate_{path}", []).append(emus[path][-1].data["host_probe_ms"])
             if i < per_path_reals and len(reals) < len(real_dirs):
                 record_next()

@@ -320,6 +320,8 @@ def main() -> None:
     p.add_argument("--warmup-steps", type=int, default=None,
                    help="with --examples: warm-up steps before the 5 measured ones (default: the job file's, 1; "
                         "pp-noopt 2)")
+    p.add_argument("--replayers", type=int, default=1,
+                   help="with --examples: replayer processes of each emulation (prism emulate --replayers)")
     p.add_argument("--order", choices=["alternate", "phases"], default="alternate",
                    help="with --examples: alternate emulation i with real run i+1 after the calibration "
                         "(default; a drifting host meets both sides), or every real run, the calibration, "
@@ -368,7 +370,8 @@ def _examples(ns, ranks) -> None:
                           parallel=ns.parallel, keep=bool(ns.keep),
                           ranks=ranks, repeats=ns.repeats, real_repeats=ns.real_repeats,
                           slice_size=ns.slice_size, calibration_repeats=ns.calibration_repeats, timeout_s=ns.timeout,
-                          order=ns.order, device_path=ns.device_path, world=ns.world, warmup=ns.warmup_steps)
+                          order=ns.order, device_path=ns.device_path, world=ns.world, warmup=ns.warmup_steps,
+                          replayers=ns.replayers)
     print(f"{out}: {sum('ranks' in j for j in summary['jobs'])} of {len(summary['jobs'])} jobs measured; "
           f"long-step targets {'met' if summary.get('met_long') else 'NOT met'}; real runs within the mean target "
           f"of each other: {', '.join(summary.get('long_jobs_real_within_target') or []) or 'none'}", flush=True)

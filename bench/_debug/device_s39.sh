@@ -4,6 +4,7 @@
 # directories kept so that bench/_debug/wait_kinds.py can read each sandbox rank's waits by kind
 # (session 37: send waits 175-211 us emulated against 30-50 real on this host). Then, if OPS=1, the P2P
 # cost per op (bench/op_overhead.py, W=4) as in session 38.
+# REPLAYERS=N: replayer processes of each emulation.
 # Usage (device tool):  LONG="pp-sleep pp-interleaved-sleep" OPS=0 LIMIT_S=<limit> bash bench/_debug/device_s39.sh
 export PYTHONPATH=$PWD
 T0=$(date +%s)
@@ -14,7 +15,7 @@ for ex in $LONG; do
   L=$(left)
   [ $L -lt 150 ] && { echo "skip $ex: ${L}s left"; continue; }
   o=$OUT/ef_${ex}
-  timeout $(( L - 15 )) python bench/emulate_fidelity.py --examples $ex --sizes long --device-path host --warmup-steps 2 --parallel 1 --slice-size 4 --calibration-repeats 3 --repeats 3 --real-repeats 3 --budget-s $(( L - 25 )) --first-job-s 130 --keep $KEEP --out $o.json > $o.log 2>&1
+  timeout $(( L - 15 )) python bench/emulate_fidelity.py --examples $ex --sizes long --device-path host --warmup-steps 2 --parallel 1 --slice-size 4 --calibration-repeats 3 --repeats 3 --real-repeats 3 --budget-s $(( L - 25 )) --first-job-s 130 --replayers ${REPLAYERS:-1} --keep $KEEP --out $o.json > $o.log 2>&1
   echo "== $ex t=$(( $(date +%s)-T0 ))"; grep "host r\|skipped" $o.log
   python - $o.json <<'PY'
 import json, sys
