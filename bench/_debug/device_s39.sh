@@ -1,7 +1,7 @@
 #!/bin/bash
 # Session 39's device call (16 cores): 951e661 (a small send's divergence check off the script's wait)
 # on the long-step examples in LONG at 3 x 3 x 3, W=8, sandbox {2,5}, host path, unpinned, run
-# directories kept so that bench/_debug/wait_kinds.py can read each sandbox rank's waits by kind
+# directories kept so that bench/_debug/wait_kinds.py and msg_timing.py can read each sandbox rank's waits
 # (session 37: send waits 175-211 us emulated against 30-50 real on this host). Then, if OPS=1, the P2P
 # cost per op (bench/op_overhead.py, W=4) as in session 38.
 # REPLAYERS=N: replayer processes of each emulation.
@@ -29,7 +29,7 @@ for j in d["jobs"]:
             for e in v.get(k, []):
                 print(" ", k.split("_")[0], [round(x, 1) for x in e[1:]])
 PY
-  for r in 2 5; do timeout 60 python bench/_debug/wait_kinds.py $KEEP/$ex-long $r; done
+  for r in 2 5; do timeout 60 python bench/_debug/wait_kinds.py $KEEP/$ex-long $r; timeout 60 python bench/_debug/msg_timing.py $KEEP/$ex-long $r; done
   rm -rf $KEEP/$ex-long
 done
 if [ "${OPS:-0}" = 1 ] && [ $(left) -gt 90 ]; then
