@@ -8,7 +8,9 @@ measured steps, per emulation, in µs:
   and completed as the replayer saw it; the wait of the sends whose receive was issued before the
   wait began (their excess is the sandbox's own path, not a late vrank).
 * RECV: the wait; how late the vrank's send was issued after the wait began (negative: before);
-  the wait's end after ``max(wait start, vrank's issue)`` (the delivery, once both ends are there).
+  the wait's end after ``max(wait start, vrank's issue)`` (the delivery, once both ends are there);
+  the wait's end after the receive's post; the replayer's completion of the send after the wait's
+  end (the replayer's thread learns of it after gloo wrote the data).
 
     python bench/_debug/msg_timing.py RUN RANK [--skip 3]   # RUN: a run directory with emulations
 """
@@ -59,7 +61,7 @@ def main() -> None:
     run = Path(a.run)
     timed = read_graph(run / "graph" / "timed")
     print("          SEND: n  wait  v.issue-w0  v.done-w0  wait|v.issued-before   "
-          "RECV: n  wait  v.issue-w0  w1-max(w0,v.issue)  w1-post")
+          "RECV: n  wait  v.issue-w0  w1-max(w0,v.issue)  w1-post  v.done-w1")
     _real(run, a)
     for emu in sorted(glob.glob(str(run / "emulations" / "*" / f"rank-{a.rank:05d}.pkl"))):
         d = Path(emu).parent
@@ -73,7 +75,7 @@ def main() -> None:
                     events.setdefault((vrank, op_key(timed.nodes[vrank][index])), {})[kind] = ns
         by_index = {n.index: n for n in rec.nodes}
         send = {"wait": [], "issue": [], "done": [], "early": []}
-        recv = {"wait": [], "issue": [], "deliver": [], "post": []}
+        recv = {"wait": [], "issue": [], "deliver": [], "post": [], "done": []}
         for w in rec.nodes:
             if w.kind is not NodeKind.WAIT or w.step < a.skip or w.target not in by_index:
                 continue
@@ -96,9 +98,11 @@ def main() -> None:
                 recv["issue"].append((ev["issue"] - w0) / 1e3)
                 recv["deliver"].append((w1 - max(w0, ev["issue"])) / 1e3)
                 recv["post"].append((w1 - origin - n.start_ns) / 1e3)
+                if "complete" in ev:
+                    recv["done"].append((ev["complete"] - w1) / 1e3)
         print(f"{d.name[9:15]:8s} {len(send['wait']):6d} {_med(send['wait'])} {_med(send['issue'])} "
               f"{_med(send['done'])}  {_med(send['early'])} ({len(send['early'])})   {len(recv['wait']):6d} "
-              f"{_med(recv['wait'])} {_med(recv['issue'])} {_med(recv['deliver'])} {_med(recv['post'])}")
+              f"{_med(recv['wait'])} {_med(recv['issue'])} {_med(recv['deliver'])} {_med(recv['post'])} {_med(recv['done'])}")
 
 
 if __name__ == "__main__":
