@@ -51,6 +51,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from prism.cli import positive_int
 from prism.core.config import load_job
 from prism.core.rundir import RunDir
 from prism.graph.io import read_graph
@@ -320,7 +321,7 @@ def main() -> None:
     p.add_argument("--warmup-steps", type=int, default=None,
                    help="with --examples: warm-up steps before the 5 measured ones (default: the job file's, 1; "
                         "pp-noopt 2)")
-    p.add_argument("--replayers", type=int, default=1,
+    p.add_argument("--replayers", type=positive_int, default=1,
                    help="with --examples: replayer processes of each emulation (prism emulate --replayers)")
     p.add_argument("--order", choices=["alternate", "phases"], default="alternate",
                    help="with --examples: alternate emulation i with real run i+1 after the calibration "

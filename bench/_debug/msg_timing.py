@@ -37,7 +37,8 @@ def _med(xs: list[float]) -> str:
 
 
 def _real(run: Path, a) -> None:
-    """The real run's receives from the same peers: wait and post-to-wait-end."""
+    """The real runs' receives (from every peer, sandbox or not): their waits and the time from each
+    receive's post to its wait's end."""
     for name, g in [("real", run / "graph" / "real"), *((f"real{Path(k).parts[-3]}", Path(k)) for k in
                     sorted(glob.glob(str(run / "real-repeats" / "*" / "graph" / "real"))))]:
         nodes = read_graph(g).nodes[a.rank]
@@ -60,9 +61,9 @@ def main() -> None:
     a = p.parse_args()
     run = Path(a.run)
     timed = read_graph(run / "graph" / "timed")
+    _real(run, a)
     print("          SEND: n  wait  v.issue-w0  v.done-w0  wait|v.issued-before   "
           "RECV: n  wait  v.issue-w0  w1-max(w0,v.issue)  w1-post  v.done-w1")
-    _real(run, a)
     for emu in sorted(glob.glob(str(run / "emulations" / "*" / f"rank-{a.rank:05d}.pkl"))):
         d = Path(emu).parent
         with open(emu, "rb") as f:
