@@ -21,18 +21,7 @@ for ex in $LONG; do
     o=$OUT/ef_${ex}_pin${pin}
     timeout $(( L - 10 )) python bench/emulate_fidelity.py --examples $ex --sizes long --device-path host --warmup-steps 2 --parallel 1 --slice-size 4 --calibration-repeats 3 --repeats 3 --real-repeats 3 --budget-s $(( L - 20 )) --first-job-s 130 --out $o.json > $o.log 2>&1
     echo "== $ex pin=$pin t=$(( $(date +%s)-T0 ))"; grep "host r\|skipped" $o.log
-    python - $o.json <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-for j in d["jobs"]:
-    for r, v in j.get("ranks", {}).items():
-        b = v.get("breakdown_ms", {})
-        print(r, "compute real/emu/cal", [b.get(k, {}).get("compute_ms") for k in ("real", "emulated", "calibrated")],
-              "spread", round(v["real_run_spread"]["mean_abs_rel_error"] * 100, 2))
-        for k in ("real_runs_step_ms", "emulated_runs_step_ms"):
-            for e in v.get(k, []):
-                print(" ", k.split("_")[0], [round(x, 1) for x in e[1:]])
-PY
+    python bench/_debug/fidelity_steps.py $o.json
   done
 done
 unset PRISM_CPU_AFFINITY

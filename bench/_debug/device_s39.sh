@@ -17,18 +17,7 @@ for ex in $LONG; do
   o=$OUT/ef_${ex}
   timeout $(( L - 15 )) python bench/emulate_fidelity.py --examples $ex --sizes long --device-path host --warmup-steps 2 --parallel 1 --slice-size 4 --calibration-repeats 3 --repeats 3 --real-repeats 3 --budget-s $(( L - 25 )) --first-job-s 130 --replayers ${REPLAYERS:-1} --keep $KEEP --out $o.json > $o.log 2>&1
   echo "== $ex t=$(( $(date +%s)-T0 ))"; grep "host r\|skipped" $o.log
-  python - $o.json <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-for j in d["jobs"]:
-    for r, v in j.get("ranks", {}).items():
-        b = v.get("breakdown_ms", {})
-        print(r, "compute real/emu/cal", [b.get(k, {}).get("compute_ms") for k in ("real", "emulated", "calibrated")],
-              "spread", round(v["real_run_spread"]["mean_abs_rel_error"] * 100, 2))
-        for k in ("real_runs_step_ms", "emulated_runs_step_ms"):
-            for e in v.get(k, []):
-                print(" ", k.split("_")[0], [round(x, 1) for x in e[1:]])
-PY
+  python bench/_debug/fidelity_steps.py $o.json
   for r in 2 5; do timeout 60 python bench/_debug/wait_kinds.py $KEEP/$ex-long $r; timeout 60 python bench/_debug/msg_timing.py $KEEP/$ex-long $r; done
   rm -rf $KEEP/$ex-long
 done
