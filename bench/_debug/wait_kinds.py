@@ -1,5 +1,6 @@
-"""The script's waits of one rank, by the kind of op waited for (SEND / RECV / a collective): count,
-median and sum per measured step, in the real run(s), the timed graph and each emulation of a run
+"""The script's waits of one rank, by the kind of op waited for (SEND / RECV / each collective op): count,
+median and sum per measured step (a synchronous collective's call counts as its wait, "op(sync)"),
+in the real run(s), the timed graph and each emulation of a run
 directory (a ``bench/emulate_fidelity.py --keep DIR`` job directory, or a ``prism validate`` run).
 A wait for a send posted long before should cost what it costs in the real run; on the sandbox path
 it carried the send's divergence check (docs/emulate.md, "A send's wait on the sandbox path").
@@ -43,7 +44,11 @@ def main() -> None:
         waits: dict[str, list[float]] = {}
         for n in nodes:
             if n.kind is NodeKind.WAIT and n.step >= a.skip and n.target in by_index:
-                waits.setdefault(by_index[n.target].kind.name, []).append(n.duration_ns / 1e3)
+                t = by_index[n.target]
+                kind = t.op.value if t.kind is NodeKind.COLLECTIVE and t.op is not None else t.kind.name
+                waits.setdefault(kind, []).append(n.duration_ns / 1e3)
+            elif n.kind is NodeKind.COLLECTIVE and not n.is_async and n.step >= a.skip and n.op is not None:
+                waits.setdefault(n.op.value + "(sync)", []).append(n.duration_ns / 1e3)  # the call is its wait
         cols = "  ".join(f"{k}: {len(v)} waits, median {statistics.median(v):.0f} us, {sum(v) / 1e3 / max(1, len(steps)):.2f} ms/step"
                          for k, v in sorted(waits.items()))
         print(f"rank {a.rank} {name:10s} {cols}")
