@@ -17,7 +17,6 @@ measured steps, per emulation, in µs:
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import pickle
@@ -30,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from prism.graph.io import read_graph  # noqa: E402
 from prism.graph.livesim import op_key  # noqa: E402
 from prism.graph.records import NodeKind  # noqa: E402
+from wait_kinds import parse_args, real_graphs  # noqa: E402  (this script's folder)
 
 
 def _med(xs: list[float]) -> str:
@@ -39,8 +39,7 @@ def _med(xs: list[float]) -> str:
 def _real(run: Path, a) -> None:
     """The real runs' receives (from every peer, sandbox or not): their waits and the time from each
     receive's post to its wait's end."""
-    for name, g in [("real", run / "graph" / "real"), *((f"real{Path(k).parts[-3]}", Path(k)) for k in
-                    sorted(glob.glob(str(run / "real-repeats" / "*" / "graph" / "real"))))]:
+    for name, g in real_graphs(run):
         nodes = read_graph(g).nodes[a.rank]
         by_index = {n.index: n for n in nodes}
         waits, posts = [], []
@@ -54,12 +53,8 @@ def _real(run: Path, a) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("run")
-    p.add_argument("rank", type=int)
-    p.add_argument("--skip", type=int, default=3, help="steps before this one are left out (warm-up)")
-    a = p.parse_args()
-    run = Path(a.run)
+    a = parse_args()
+    run = a.run
     timed = read_graph(run / "graph" / "timed")
     _real(run, a)
     print("          SEND: n  wait  v.issue-w0  v.done-w0  wait|v.issued-before   "

@@ -23,16 +23,27 @@ from prism.graph.io import read_graph  # noqa: E402
 from prism.graph.records import NodeKind  # noqa: E402
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("run")
+def parse_args(description: str | None = None) -> argparse.Namespace:
+    """``RUN RANK [--skip N]``, as this script and ``msg_timing.py`` take them."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("run", type=Path)
     p.add_argument("rank", type=int)
     p.add_argument("--skip", type=int, default=3, help="steps before this one are left out (warm-up)")
-    a = p.parse_args()
-    run = Path(a.run)
-    sources = {"real": read_graph(run / "graph" / "real").nodes[a.rank]}
-    for k in sorted(glob.glob(str(run / "real-repeats" / "*" / "graph" / "real"))):
-        sources["real" + Path(k).parts[-3]] = read_graph(k).nodes[a.rank]
+    return p.parse_args()
+
+
+def real_graphs(run: Path) -> list[tuple[str, Path]]:
+    """The run's real graphs, named: ``real``, then ``real1``, ... (``bench/emulate_fidelity.py``'s
+    further real runs under ``real-repeats/``)."""
+    return [("real", run / "graph" / "real"),
+            *((f"real{Path(k).parts[-3]}", Path(k))
+              for k in sorted(glob.glob(str(run / "real-repeats" / "*" / "graph" / "real"))))]
+
+
+def main() -> None:
+    a = parse_args()
+    run = a.run
+    sources = {name: read_graph(g).nodes[a.rank] for name, g in real_graphs(run)}
     if (run / "graph" / "timed").exists():
         sources["timed"] = read_graph(run / "graph" / "timed").nodes[a.rank]
     for i, e in enumerate(sorted(glob.glob(str(run / "emulations" / "*" / f"rank-{a.rank:05d}.pkl")))):
