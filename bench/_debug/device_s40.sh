@@ -4,7 +4,7 @@
 # (bench/_debug/take_compute.py: real runs, each calibration take, the timed graph, each emulation), the
 # sandbox ranks' waits by op (wait_kinds.py), and the run directory without its payloads packed into
 # $OUT/keep_<example>.tar.xz for reading here (STATUS Next 1-2 of session 39: fsdp2's real time outside
-# compute, pp-interleaved's calibration miss). Then SHORT examples at their default sizes, 2 x 1 x 2, as session 37 ran them
+# compute, pp-interleaved's calibration miss). Then SHORT examples, kept and packed the same way, at their default sizes, 2 x 1 x 2, as session 37 ran them
 # (its warm-up steps, not 2), with the cost per comm op (pp 1F1B: +39 %, +0.17 ms per op then).
 # Usage (device tool):  LONG="fsdp2-sleep" SHORT="pp-1f1b" LIMIT_S=<limit> bash bench/_debug/device_s40.sh
 export PYTHONPATH=$PWD
@@ -29,7 +29,8 @@ for ex in $SHORT; do
   L=$(left)
   [ $L -lt 80 ] && { echo "skip $ex: ${L}s left"; continue; }
   o=$OUT/ef_${ex}_short
-  timeout $(( L - 10 )) python bench/emulate_fidelity.py --examples $ex --sizes default --device-path host --parallel 1 --slice-size 4 --calibration-repeats 1 --repeats 2 --real-repeats 2 --budget-s $(( L - 20 )) --first-job-s 60 --out $o.json > $o.log 2>&1
-  echo "== $ex short t=$(( $(date +%s)-T0 ))"; grep "default r\|skipped" $o.log | grep -v compute
+  timeout $(( L - 10 )) python bench/emulate_fidelity.py --examples $ex --sizes default --device-path host --parallel 1 --slice-size 4 --calibration-repeats 1 --repeats 2 --real-repeats 2 --budget-s $(( L - 20 )) --first-job-s 60 --keep $KEEP --out $o.json > $o.log 2>&1
+  echo "== $ex short t=$(( $(date +%s)-T0 ))"; grep "default r\|skipped" $o.log
   python bench/_debug/fidelity_steps.py $o.json
+  for d in $KEEP/$ex-*; do tar -C $KEEP -cJf $OUT/keep_${ex}_short.tar.xz --exclude=payloads --exclude=capture --exclude=outputs --exclude='*.log' $(basename $d); rm -rf $d; done
 done

@@ -17,7 +17,7 @@ def main() -> None:
         for r, v in j.get("ranks", {}).items():
             b = v.get("breakdown_ms", {})
             print(r, "compute real/emu/cal", [b.get(k, {}).get("compute_ms") for k in ("real", "emulated", "calibrated")],
-                  "spread", round(v["real_run_spread"]["mean_abs_rel_error"] * 100, 2))
+                  "spread", round(sp["mean_abs_rel_error"] * 100, 2) if (sp := v.get("real_run_spread")) else None)
             for k in ("real_runs_step_ms", "emulated_runs_step_ms"):
                 for e in v.get(k, []):
                     print(" ", k.split("_")[0], [round(x, 1) for x in e[1:]])
