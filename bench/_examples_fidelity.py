@@ -62,6 +62,8 @@ from prism.vrank_replayer.emulate_report import emulate_and_report
 from prism.vrank_replayer.fidelity import run_spread, step_errors
 from prism.vrank_replayer.launch import capture_job
 
+from _calibration_takes import prediction_steps_ms  # bench/, beside this module
+
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED, COOLDOWN = 5, 1
 DEFAULT_RANKS = (2, 5)
@@ -205,7 +207,7 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
     t0 = time.time()
     capture_job(job, run, timeout_s=timeout_s)
     wall["capture"] = time.time() - t0
-    timed, emus = {}, {}
+    timed, emus, per_step = {}, {}, {}
     for path in paths:
         t0 = time.time()
         cal = calibrate_run(run, slice_size=slice_size, skip_steps=warmup, repeats=calibration_repeats,
@@ -213,6 +215,7 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
         probes[f"calibrate_{path}"] = list(cal.host_probe_ms)  # before the first slice and after each
         wall[f"calibrate_{path}"] = time.time() - t0
         timed[path] = read_graph(run / "graph" / "timed")
+        per_step[path] = prediction_steps_ms(run, warmup, "per-step")  # before another path's slices replace the takes
         t0 = time.time()
         emus[path] = []
         for i in range(repeats):
@@ -226,15 +229,16 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
     while len(reals) < len(real_dirs):  # more real runs than emulations
         record_next()
     compared = reals[1:] if order == "alternate" and len(reals) > 1 else reals
-    return [_path_result(name, size, job, ranks, path, timed[path], emus[path], reals, compared, kept, warmup,
+    return [_path_result(name, size, job, ranks, path, timed[path], per_step[path], emus[path], reals, compared, kept, warmup,
                          wall=wall, probes=probes, repeats=repeats, real_repeats=real_repeats, slice_size=slice_size,
                          calibration_repeats=calibration_repeats, order=order)
             for path in paths]
 
 
-def _path_result(name, size, job, ranks, path, timed, emus, reals, compared, kept, warmup, **settings) -> dict:
+def _path_result(name, size, job, ranks, path, timed, per_step, emus, reals, compared, kept, warmup, **settings) -> dict:
     """One data path's comparison with the real runs ``compared`` (``reals[0]`` gives the comm ops
-    per step)."""
+    per step). ``per_step``: each rank's calibrated steps with the takes' own spans step by step
+    (bench/_calibration_takes.py), reported beside prism's prediction, not emulated."""
     wall, probes = settings.pop("wall"), settings.pop("probes")
     rows = {}
     for r in ranks:
@@ -258,6 +262,8 @@ def _path_result(name, size, job, ranks, path, timed, emus, reals, compared, kep
             "emulated": dataclasses.asdict(emulated),
             "calibrated_step_ms": pred_ms,
             "calibrated_prediction": dataclasses.asdict(step_errors(pred_ms, real_ms, warmup)),
+            "calibrated_per_step_step_ms": per_step[r][:kept],
+            "calibrated_per_step_prediction": dataclasses.asdict(step_errors(per_step[r][:kept], real_ms, warmup)),
             # The emulation against its own timed graph: what the emulator adds, apart from the
             # calibration's error against the real run.
             "emulated_vs_calibrated": dataclasses.asdict(step_errors(emu_ms, pred_ms, warmup)),
@@ -356,6 +362,7 @@ def _print(res: dict, took: float) -> None:
         print(f"          {name} {size} r{r}: real {e['real_mean_ms']:.1f} ms, emulated {e['mean_ms']:.1f} ms "
               f"({e['mean_rel_error'] * 100:+.2f} %, max step {e['max_rel_error'] * 100:.2f} %), calibrated "
               f"{c['mean_ms']:.1f} ms ({c['mean_rel_error'] * 100:+.2f} %)"
+              + (f" (per-step merge {ps['mean_rel_error'] * 100:+.2f} %)" if (ps := v.get("calibrated_per_step_prediction")) else "")
               + (f", emulated vs calibrated {ec['mean_rel_error'] * 100:+.2f} %"
                  if (ec := v.get("emulated_vs_calibrated")) else "")
               + (f", {per_op:+.0f} us per comm op" if per_op is not None else "")
