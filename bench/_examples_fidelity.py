@@ -23,7 +23,9 @@ each) and each emulation's (before it starts) come from prism calibrate and emul
 Every run is timed without the CPU memory tracker (``PRISM_MEMORY=rss`` in the job's environment:
 real and emulated alike), so the figures compare like with like. Reported per rank: per-step
 medians of the real runs and of the emulations, the emulated mean and max-step errors, the
-calibrated prediction's error, the emulation against its own timed graph
+calibrated prediction's error and, beside it, ``calibrated_per_step_prediction`` (the same takes
+merged with their own spans step by step and averaged over the takes: bench/_calibration_takes.py;
+not emulated), the emulation against its own timed graph
 (``emulated_vs_calibrated``: what the emulator adds, apart from the calibration's error against
 the real run), the emulator's overhead per comm op of the rank (emulated −
 real ms per step over the rank's comm ops per step), ``real_run_spread`` (each real run against
