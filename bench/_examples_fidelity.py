@@ -23,9 +23,10 @@ each) and each emulation's (before it starts) come from prism calibrate and emul
 Every run is timed without the CPU memory tracker (``PRISM_MEMORY=rss`` in the job's environment:
 real and emulated alike), so the figures compare like with like. Reported per rank: per-step
 medians of the real runs and of the emulations, the emulated mean and max-step errors, the
-calibrated prediction's error and, beside it, ``calibrated_per_step_prediction`` (the same takes
-merged with their own spans step by step and averaged over the takes: bench/_calibration_takes.py;
-not emulated), the emulation against its own timed graph
+calibrated prediction's error and, beside it, ``calibrated_merges`` (the same takes merged
+otherwise: ``per-step``, their own spans step by step averaged over the takes, and ``rotated``, one
+graph whose step s comes from take (s − skip) mod k; bench/_calibration_takes.py; not emulated),
+the emulation against its own timed graph
 (``emulated_vs_calibrated``: what the emulator adds, apart from the calibration's error against
 the real run), the emulator's overhead per comm op of the rank (emulated −
 real ms per step over the rank's comm ops per step), ``real_run_spread`` (each real run against
@@ -209,7 +210,7 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
     t0 = time.time()
     capture_job(job, run, timeout_s=timeout_s)
     wall["capture"] = time.time() - t0
-    timed, emus, per_step = {}, {}, {}
+    timed, emus, merges = {}, {}, {}
     for path in paths:
         t0 = time.time()
         cal = calibrate_run(run, slice_size=slice_size, skip_steps=warmup, repeats=calibration_repeats,
@@ -217,7 +218,8 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
         probes[f"calibrate_{path}"] = list(cal.host_probe_ms)  # before the first slice and after each
         wall[f"calibrate_{path}"] = time.time() - t0
         timed[path] = read_graph(run / "graph" / "timed")
-        per_step[path] = prediction_steps_ms(run, warmup, "per-step")  # before another path's slices replace the takes
+        # before another path's slices replace the takes
+        merges[path] = {m: prediction_steps_ms(run, warmup, m) for m in ("per-step", "rotated")}
         t0 = time.time()
         emus[path] = []
         for i in range(repeats):
@@ -231,16 +233,16 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
     while len(reals) < len(real_dirs):  # more real runs than emulations
         record_next()
     compared = reals[1:] if order == "alternate" and len(reals) > 1 else reals
-    return [_path_result(name, size, job, ranks, path, timed[path], per_step[path], emus[path], reals, compared, kept, warmup,
+    return [_path_result(name, size, job, ranks, path, timed[path], merges[path], emus[path], reals, compared, kept, warmup,
                          wall=wall, probes=probes, repeats=repeats, real_repeats=real_repeats, slice_size=slice_size,
                          calibration_repeats=calibration_repeats, order=order)
             for path in paths]
 
 
-def _path_result(name, size, job, ranks, path, timed, per_step, emus, reals, compared, kept, warmup, **settings) -> dict:
+def _path_result(name, size, job, ranks, path, timed, merges, emus, reals, compared, kept, warmup, **settings) -> dict:
     """One data path's comparison with the real runs ``compared`` (``reals[0]`` gives the comm ops
-    per step). ``per_step``: each rank's calibrated steps with the takes' own spans step by step
-    (bench/_calibration_takes.py), reported beside prism's prediction, not emulated."""
+    per step). ``merges``: each other merge of the calibration's takes (bench/_calibration_takes.py)
+    with each rank's calibrated steps, reported beside prism's prediction, not emulated."""
     wall, probes = settings.pop("wall"), settings.pop("probes")
     rows = {}
     for r in ranks:
@@ -264,8 +266,9 @@ def _path_result(name, size, job, ranks, path, timed, per_step, emus, reals, com
             "emulated": dataclasses.asdict(emulated),
             "calibrated_step_ms": pred_ms,
             "calibrated_prediction": dataclasses.asdict(step_errors(pred_ms, real_ms, warmup)),
-            "calibrated_per_step_step_ms": per_step[r][:kept],
-            "calibrated_per_step_prediction": dataclasses.asdict(step_errors(per_step[r][:kept], real_ms, warmup)),
+            "calibrated_merges": {m: {"step_ms": steps[r][:kept],
+                                      "prediction": dataclasses.asdict(step_errors(steps[r][:kept], real_ms, warmup))}
+                                  for m, steps in merges.items()},
             # The emulation against its own timed graph: what the emulator adds, apart from the
             # calibration's error against the real run.
             "emulated_vs_calibrated": dataclasses.asdict(step_errors(emu_ms, pred_ms, warmup)),
@@ -364,7 +367,8 @@ def _print(res: dict, took: float) -> None:
         print(f"          {name} {size} r{r}: real {e['real_mean_ms']:.1f} ms, emulated {e['mean_ms']:.1f} ms "
               f"({e['mean_rel_error'] * 100:+.2f} %, max step {e['max_rel_error'] * 100:.2f} %), calibrated "
               f"{c['mean_ms']:.1f} ms ({c['mean_rel_error'] * 100:+.2f} %)"
-              + (f" (per-step merge {ps['mean_rel_error'] * 100:+.2f} %)" if (ps := v.get("calibrated_per_step_prediction")) else "")
+              + (" (" + ", ".join(f"{m} merge {x['prediction']['mean_rel_error'] * 100:+.2f} %"
+                                  for m, x in v["calibrated_merges"].items()) + ")" if v.get("calibrated_merges") else "")
               + (f", emulated vs calibrated {ec['mean_rel_error'] * 100:+.2f} %"
                  if (ec := v.get("emulated_vs_calibrated")) else "")
               + (f", {per_op:+.0f} us per comm op" if per_op is not None else "")
