@@ -9,8 +9,8 @@ whoever was slow that step, and the step is the simulation of each rank's own sp
 (``bench/_debug/jitter_effect.py``: fsdp2-sleep's real graphs, typical spans −0.8 … +2.6 % from
 their own per-step simulation). ``prediction_steps_ms(run, skip, "per-step")`` keeps each take's
 spans step by step, merges take k of every slice into one graph and simulates it, and averages the
-steps over the takes. ``"rotated"`` is one graph, as a timed graph must be for the vranks to replay
-it: measured step s of every rank takes its spans from take (s − skip) mod k."""
+steps over the takes. prism's own merges (``median``, ``rotated``: one graph, measured step s of every
+rank from take (s − skip) mod k, ``prism calibrate --merge rotated``) are recomputed as prism makes them."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ import re
 import statistics
 from pathlib import Path
 
-from prism.calibration import median_of_takes, typical_steps
+from prism.calibration import MERGES as PRISM_MERGES
+from prism.calibration import merge_takes
 from prism.calibration.calibrate import calibrate
 from prism.calibration.merge import apply_measurements, settle_warmup
 from prism.core.rundir import RunDir
@@ -61,23 +62,15 @@ def steps_ms(run: Path, measured: dict[int, tuple[Node, ...]], skip: int) -> dic
 
 
 def prediction_steps_ms(run: Path, skip: int, merge: str = "per-step") -> dict[int, list[float]]:
-    """``median``: prism's merge (the timed graph's steps). ``per-step``: each take's own spans,
-    simulated take by take, each step's mean over the takes. ``rotated``: one graph, step s from
-    take (s − skip) mod k."""
+    """``median``, ``rotated``: prism's merges (:func:`prism.calibration.merge_takes`), the timed
+    graph's steps. ``per-step``: each take's own spans, simulated take by take, each step's mean
+    over the takes."""
     takes = takes_by_rank(run)
-    if merge == "median":
-        return steps_ms(run, {r: median_of_takes([typical_steps(t, skip) for t in ts]) for r, ts in takes.items()}, skip)
-    if merge == "rotated":
-        return steps_ms(run, {r: _rotated(ts, skip) for r, ts in takes.items()}, skip)
+    if merge in PRISM_MERGES:
+        return steps_ms(run, {r: merge_takes(ts, skip, merge) for r, ts in takes.items()}, skip)
     if merge != "per-step":
         raise ValueError(f"unknown merge {merge!r}: one of {', '.join(MERGES)}")
     count = min(len(ts) for ts in takes.values())
     per_take = [steps_ms(run, {r: ts[k] for r, ts in takes.items()}, skip) for k in range(count)]
     return {r: [statistics.fmean(s) for s in zip(*(p[r] for p in per_take), strict=False)] for r in per_take[0]}
 
-
-def _rotated(takes: list[tuple[Node, ...]], skip: int) -> tuple[Node, ...]:
-    """Take 0's nodes with each node of step s >= ``skip`` timed by take (s − skip) mod k (the
-    takes of one rank run the same program: their nodes match by position)."""
-    return tuple(dataclasses.replace(n, duration_ns=takes[(n.step - skip) % len(takes)][i].duration_ns)
-                 if n.step >= skip else n for i, n in enumerate(takes[0]))

@@ -24,8 +24,9 @@ Every run is timed without the CPU memory tracker (``PRISM_MEMORY=rss`` in the j
 real and emulated alike), so the figures compare like with like. Reported per rank: per-step
 medians of the real runs and of the emulations, the emulated mean and max-step errors, the
 calibrated prediction's error and, beside it, ``calibrated_merges`` (the same takes merged
-otherwise: ``per-step``, their own spans step by step averaged over the takes, and ``rotated``, one
-graph whose step s comes from take (s − skip) mod k; bench/_calibration_takes.py; not emulated),
+otherwise: ``median``, prism's default, ``per-step``, their own spans step by step averaged over the
+takes, and ``rotated``, one graph whose step s comes from take (s − skip) mod k, each but the one
+``--calibration-merge`` calibrated with; bench/_calibration_takes.py; not emulated),
 the emulation against its own timed graph
 (``emulated_vs_calibrated``: what the emulator adds, apart from the calibration's error against
 the real run), the emulator's overhead per comm op of the rank (emulated −
@@ -65,7 +66,8 @@ from prism.vrank_replayer.emulate_report import emulate_and_report
 from prism.vrank_replayer.fidelity import run_spread, step_errors
 from prism.vrank_replayer.launch import capture_job
 
-from _calibration_takes import prediction_steps_ms  # bench/, beside this module
+from _calibration_takes import MERGES as TAKE_MERGES  # bench/, beside this module
+from _calibration_takes import prediction_steps_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED, COOLDOWN = 5, 1
@@ -171,7 +173,7 @@ def example_ranks(name: str) -> tuple[int, ...]:
 def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | None, repeats: int, real_repeats: int,
                 slice_size: int, calibration_repeats: int, timeout_s: float, order: str = "alternate",
                 device_path: str = "auto", world: int | None = None, warmup: int | None = None,
-                replayers: int = 1) -> list[dict]:
+                replayers: int = 1, calibration_merge: str = "median") -> list[dict]:
     """``order``: ``phases`` runs every real run, then the calibration, then every emulation;
     ``alternate`` records the first real run (the structure the calibration uses), calibrates, then
     alternates emulation i with real run i + 1, so a drift of the host's speed meets both sides
@@ -182,7 +184,7 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
     each beside an emulation of that path). One result per path. ``warmup``: warm-up steps instead
     of the job file's (docs/emulate.md: a real run's first step after one warm-up step still holds
     the ranks' start-up skew). ``replayers``: replayer processes of each emulation (the calibration's
-    slices keep their one)."""
+    slices keep their one). ``calibration_merge``: ``prism calibrate --merge``."""
     job = example_job(name, size, world, warmup)
     ranks = ranks or example_ranks(name)
     if outside := [r for r in ranks if not 0 <= r < job.world_size]:
@@ -214,12 +216,12 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
     for path in paths:
         t0 = time.time()
         cal = calibrate_run(run, slice_size=slice_size, skip_steps=warmup, repeats=calibration_repeats,
-                            timeout_s=timeout_s, device={"device_path": path})
+                            timeout_s=timeout_s, device={"device_path": path}, merge=calibration_merge)
         probes[f"calibrate_{path}"] = list(cal.host_probe_ms)  # before the first slice and after each
         wall[f"calibrate_{path}"] = time.time() - t0
         timed[path] = read_graph(run / "graph" / "timed")
         # before another path's slices replace the takes
-        merges[path] = {m: prediction_steps_ms(run, warmup, m) for m in ("per-step", "rotated")}
+        merges[path] = {m: prediction_steps_ms(run, warmup, m) for m in TAKE_MERGES if m != calibration_merge}
         t0 = time.time()
         emus[path] = []
         for i in range(repeats):
@@ -235,7 +237,7 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
     compared = reals[1:] if order == "alternate" and len(reals) > 1 else reals
     return [_path_result(name, size, job, ranks, path, timed[path], merges[path], emus[path], reals, compared, kept, warmup,
                          wall=wall, probes=probes, repeats=repeats, real_repeats=real_repeats, slice_size=slice_size,
-                         calibration_repeats=calibration_repeats, order=order)
+                         calibration_repeats=calibration_repeats, calibration_merge=calibration_merge, order=order)
             for path in paths]
 
 

@@ -51,6 +51,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from prism.calibration import MERGES
 from prism.cli import positive_int
 from prism.core.config import load_job
 from prism.core.rundir import RunDir
@@ -297,6 +298,8 @@ def main() -> None:
     p.add_argument("--real-repeats", type=int, default=3, help="real runs per shape; per-step medians are the truth")
     p.add_argument("--calibration-repeats", type=int, default=2,
                    help="takes of each calibration slice (each node takes its median)")
+    p.add_argument("--calibration-merge", choices=MERGES, default="median",
+                   help="with --examples: how each rank's takes become its timing (prism calibrate --merge)")
     p.add_argument("--slice-size", type=int, default=2,
                    help="real ranks per calibration slice (2 on a 2-core host; more where cores allow)")
     p.add_argument("--asap", action="store_true", help="also run one ASAP emulation (no timed graph)")
@@ -372,7 +375,7 @@ def _examples(ns, ranks) -> None:
                           ranks=ranks, repeats=ns.repeats, real_repeats=ns.real_repeats,
                           slice_size=ns.slice_size, calibration_repeats=ns.calibration_repeats, timeout_s=ns.timeout,
                           order=ns.order, device_path=ns.device_path, world=ns.world, warmup=ns.warmup_steps,
-                          replayers=ns.replayers)
+                          replayers=ns.replayers, calibration_merge=ns.calibration_merge)
     print(f"{out}: {sum('ranks' in j for j in summary['jobs'])} of {len(summary['jobs'])} jobs measured; "
           f"long-step targets {'met' if summary.get('met_long') else 'NOT met'}; real runs within the mean target "
           f"of each other: {', '.join(summary.get('long_jobs_real_within_target') or []) or 'none'}", flush=True)

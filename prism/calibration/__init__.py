@@ -2,18 +2,30 @@
 onto the bare graph, and inter-slice calibration (DESIGN §7)."""
 
 from .calibrate import CalibrationReport, RankCalibration, calibrate
-from .merge import apply_measurements, median_of_takes, segments, settle_warmup, typical_steps
+from .merge import (
+    MERGES,
+    apply_measurements,
+    median_of_takes,
+    merge_takes,
+    rotated_takes,
+    segments,
+    settle_warmup,
+    typical_steps,
+)
 from .slices import crowded_slices, plan_slices, representatives
 
 __all__ = [
+    "MERGES",
     "CalibrationReport",
     "RankCalibration",
     "apply_measurements",
     "calibrate",
     "crowded_slices",
     "median_of_takes",
+    "merge_takes",
     "plan_slices",
     "representatives",
+    "rotated_takes",
     "segments",
     "settle_warmup",
     "typical_steps",

@@ -168,3 +168,31 @@ def median_of_takes(takes: Sequence[Sequence[Node]]) -> tuple[Node, ...]:
     same = [t for t in takes if [_signature(n) for n in t] == shape]
     return tuple(dataclasses.replace(n, duration_ns=int(statistics.median(t[i].duration_ns for t in same)))
                  for i, n in enumerate(first))
+
+
+MERGES = ("median", "rotated")
+"""How a rank's calibration takes become its measured nodes (:func:`merge_takes`)."""
+
+
+def rotated_takes(takes: Sequence[Sequence[Node]], skip_steps: int) -> tuple[Node, ...]:
+    """Several measurements of one rank, kept step by step: take 0's nodes, each node of step
+    s >= ``skip_steps`` timed by take (s − skip_steps) mod k. Every step keeps the spans one take
+    measured for it, so a collective waits for whichever rank was slow that step, as in a real run;
+    medians keep only the typically-last one. Takes whose node sequence differs from the first
+    one's are left out."""
+    first = takes[0]
+    shape = [_signature(n) for n in first]
+    same = [t for t in takes if [_signature(n) for n in t] == shape]
+    return tuple(dataclasses.replace(n, duration_ns=same[(n.step - skip_steps) % len(same)][i].duration_ns)
+                 if n.step >= skip_steps else n for i, n in enumerate(first))
+
+
+def merge_takes(takes: Sequence[Sequence[Node]], skip_steps: int, merge: str = "median") -> tuple[Node, ...]:
+    """One rank's measured nodes from its takes: ``median``, each node of the steady steps its
+    median over the steps (:func:`typical_steps`), then over the takes (:func:`median_of_takes`);
+    ``rotated``, each step from one take (:func:`rotated_takes`)."""
+    if merge == "median":
+        return median_of_takes([typical_steps(t, skip_steps) for t in takes])
+    if merge == "rotated":
+        return rotated_takes(takes, skip_steps)
+    raise ValueError(f"unknown merge of calibration takes {merge!r}: one of {', '.join(MERGES)}")

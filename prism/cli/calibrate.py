@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from prism.calibration import MERGES
 from prism.core.strict_json import dumps_strict
 from prism.vrank_replayer.calibrate_run import CalibrateResult, calibrate_run, mean_measured_ns
 
@@ -26,6 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip", type=non_negative_int, default=None, help="warmup steps left out (default: iterations.warmup)")
     p.add_argument("--repeats", type=positive_int, default=1, metavar="N",
                    help="run each slice N times; each node takes its median duration over the takes (default 1)")
+    p.add_argument("--merge", choices=MERGES, default="median",
+                   help="how each rank's takes become its timing: median (each node its median over the steady steps, "
+                        "then the takes) or rotated (its spans step by step, step s from take s mod N: keeps the "
+                        "step-to-step jitter that makes a collective wait for whoever was slow; docs/emulate.md)")
     add_timeout_argument(p, default_s=600.0, what="each slice (and the capture run)")
     p.add_argument("--json", dest="json_out", default=None, help="also write the per-rank rows as JSON here")
     add_device_arguments(p)
@@ -63,7 +68,8 @@ def _cell(x: float | None, fmt: str = "{:.2f}") -> str:
 
 def print_result(result: CalibrateResult, console: Console) -> None:
     table = Table(title=f"calibrate: {len(result.slices)} slices on graph/{result.structure}, first "
-                        f"{result.report.skip_steps} step(s) skipped ({result.wall_s:.0f} s)", title_justify="left")
+                        f"{result.report.skip_steps} step(s) skipped, takes merged by {result.merge} "
+                        f"({result.wall_s:.0f} s)", title_justify="left")
     for col in ("rank", "uncalibrated ms", "calibrated ms", "real run ms", "error vs real"):
         table.add_column(col, justify="right")
     for rank, row in result_rows(result).items():
@@ -94,12 +100,13 @@ def run(args: argparse.Namespace) -> int:
             progress.update(task, completed=done, total=total, description=desc)
 
         result = calibrate_run(args.run_dir, slice_size=args.slice_size, skip_steps=args.skip, repeats=args.repeats,
-                               timeout_s=args.timeout, on_slice=on_slice, device=device_options(args))
+                               timeout_s=args.timeout, on_slice=on_slice, device=device_options(args),
+                               merge=args.merge)
     print_result(result, console)
     if args.json_out:
         uncalibrated, calibrated = _iteration_ms(result)
         with open(args.json_out, "w") as f:
             f.write(dumps_strict({"ranks": result_rows(result), "iteration_ms": calibrated,
                                   "uncalibrated_iteration_ms": uncalibrated, "ranks_without_steps": _no_steps(result),
-                                  "host_probe_ms": list(result.host_probe_ms)}, indent=2))
+                                  "host_probe_ms": list(result.host_probe_ms), "merge": result.merge}, indent=2))
     return 0

@@ -22,6 +22,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from prism.calibration import MERGES
 from prism.core.config import load_job
 from prism.core.errors import PrismError, RankFailedError, crash_site
 from prism.core.host_speed import probe_ms
@@ -60,6 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slice-size", type=positive_int, default=2, help="ranks per calibration slice")
     p.add_argument("--calibration-repeats", type=positive_int, default=1, metavar="N",
                    help="run each calibration slice N times, each node taking its median duration over the takes (default 1)")
+    p.add_argument("--calibration-merge", choices=MERGES, default="median",
+                   help="how each rank's calibration takes become its timing (prism calibrate --merge)")
     add_timeout_argument(p, default_s=600.0, what="each run (record, capture, each calibration slice, emulate)")
     p.add_argument("--no-torch-fake", action="store_true", help="leave out the fake process group column")
     p.add_argument("--json", dest="json_out", default=None, help="write the comparison as JSON here")
@@ -91,7 +94,7 @@ def _torch_fake(job, rank: int, real, skip: int, timeout_s: float, run: Path) ->
 
 def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int, timeout_s: float,
              torch_fake: bool, device: dict | None = None, real_repeats: int = 1,
-             calibration_repeats: int = 1, replace: bool = False) -> dict:
+             calibration_repeats: int = 1, calibration_merge: str = "median", replace: bool = False) -> dict:
     if real_repeats < 1:
         raise PrismError(f"--real-repeats must be at least 1, got {real_repeats}")
     job = load_job(job_path)
@@ -103,7 +106,7 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
     repeats = [record_job(job, run / REPEATS_DIR / str(k), timeout_s=timeout_s, replace=replace)
                for k in range(1, real_repeats)]
     cal = calibrate_run(run, slice_size=slice_size, skip_steps=skip, timeout_s=timeout_s, device=device,
-                        repeats=calibration_repeats)
+                        repeats=calibration_repeats, merge=calibration_merge)
     ensure_recorded(run, ranks, timeout_s=timeout_s)
     emu = emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s, **(device or {})), skip_steps=skip)
     rows = {}
@@ -126,7 +129,7 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
                    "torch_fake": _torch_fake(job, r, real, skip, timeout_s, run) if torch_fake else None}
     return nonfinite_as_null({"job": job.name, "world_size": job.world_size, "sandbox_ranks": list(ranks),
                               "run_dir": str(run), "skip_steps": skip, "real_repeats": real_repeats,
-                              "calibration_repeats": calibration_repeats,
+                              "calibration_repeats": calibration_repeats, "calibration_merge": calibration_merge,
                               "host_probe_ms": {"record": record_probe, "calibrate": list(cal.host_probe_ms),
                                                 "emulate": emu.data["host_probe_ms"]},
                               "emulation": str(emu.out_dir), "ranks": rows, "outside_writes": outside_writes(run),
@@ -267,7 +270,8 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
 def run(args: argparse.Namespace) -> int:
     result = validate(args.job, args.ranks, args.out, slice_size=args.slice_size, timeout_s=args.timeout,
                       torch_fake=not args.no_torch_fake, device=device_options(args), real_repeats=args.real_repeats,
-                      calibration_repeats=args.calibration_repeats, replace=args.force)
+                      calibration_repeats=args.calibration_repeats, calibration_merge=args.calibration_merge,
+                      replace=args.force)
     print_validation(result, Console())
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=2, default=str))

@@ -12,7 +12,10 @@
 3. :func:`~prism.calibration.typical_steps` gives each steady-step node its median over the
    slice's measured steps (one step's burst of external load is not a slow step of the
    prediction); with ``repeats`` > 1, :func:`~prism.calibration.median_of_takes` gives each node
-   its median over the slice's takes. The slices complete every op as soon as the backend has
+   its median over the slice's takes. With ``merge="rotated"`` (``prism calibrate --merge rotated``)
+   each rank keeps its spans step by step instead, measured step s from take (s − skip) mod k
+   (:func:`~prism.calibration.rotated_takes`; docs/emulate.md, "The calibration's merge and the
+   ranks' step-to-step jitter"). The slices complete every op as soon as the backend has
    (``EmulateOptions.eager_completion``), so an op's duration ends there and not at a wait the
    script makes after its compute. :func:`~prism.calibration.apply_measurements` moves
    the measurements onto the structure graph (``bare`` when collected, else ``real``),
@@ -32,23 +35,23 @@ import logging
 import pickle
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from prism.calibration import (
+    MERGES,
     CalibrationReport,
     apply_measurements,
     calibrate,
     crowded_slices,
-    median_of_takes,
+    merge_takes,
     plan_slices,
     representatives,
     settle_warmup,
-    typical_steps,
 )
 from prism.core.affinity import usable_cpus
-from prism.core.errors import RunDirError
+from prism.core.errors import PrismError, RunDirError
 from prism.core.host_speed import format_probes, probe_ms
 from prism.core.rundir import RunDir
 from prism.core.workerspec import record_path
@@ -87,6 +90,8 @@ class CalibrateResult:
     real_timed_with_tracker: bool = False
     """The real run's steps include the CPU memory tracker's cost (``prism record --no-memory-pass``),
     which the slices do not have (:func:`~prism.graph.memory_pass.timed_with_tracker`)."""
+    merge: str = "median"
+    """How each rank's takes became its timing (:data:`~prism.calibration.MERGES`)."""
 
 
 def structure_kind(run: RunDir) -> str:
@@ -138,13 +143,17 @@ def calibrate_run(
     timeout_s: float = 600.0,
     on_slice: Callable[[int, int, tuple[int, ...]], None] | None = None,
     device: Mapping | None = None,
+    merge: str = "median",
 ) -> CalibrateResult:
     """Run the timing slices of RUN and write RUN/graph/timed (module docstring).
 
     ``repeats``: run each slice that many times; each node takes its median over the takes. ``on_slice(done, total, ranks)`` is called
     before each slice (done = slices finished) and once at the end. ``device``: the
     :class:`EmulateOptions` layout fields (device_path, sandbox_gpus, assistant_gpus): the slices run
-    on the same data path as the emulation."""
+    on the same data path as the emulation. ``merge``: how each rank's takes become its measured
+    nodes (:data:`~prism.calibration.MERGES`, :func:`~prism.calibration.merge_takes`)."""
+    if merge not in MERGES:
+        raise PrismError(f"calibration merge {merge!r}: one of {', '.join(MERGES)}")
     started = time.time()
     run = RunDir(Path(run_dir))
     job = run.load_job()
@@ -177,19 +186,19 @@ def calibrate_run(
             on_slice(i, len(slices), ranks)
         ensure_recorded(run.root, ranks, timeout_s=timeout_s)
         t0 = time.time()
-        takes: dict[int, list[tuple[Node, ...]]] = {r: [] for r in ranks}
+        takes: dict[int, list[Sequence[Node]]] = {r: [] for r in ranks}
         steps = {}
         for k in range(max(1, repeats)):
             out = run.root / "calibration" / (f"slice-{i:03d}" if k == 0 else f"slice-{i:03d}-{k}")
             emulate(run.root, slice_options(ranks, out))
             for r in ranks:
                 record = _load_record(out, r)
-                takes[r].append(typical_steps(record.nodes, skip_steps))
+                takes[r].append(record.nodes)
                 if k == 0:
                     summaries[r] = dataclasses.replace(record.summary, rank=r)
                     steps[r] = tuple(record.summary.step_times_ns)
         for r in ranks:
-            measured[r] = median_of_takes(takes[r])
+            measured[r] = merge_takes(takes[r], skip_steps, merge)
         results.append(SliceResult(ranks, time.time() - t0, steps))
         probes.append(probe_ms())
         log.info("slice %d/%d ranks %s: %.1f s", i + 1, len(slices), list(ranks), time.time() - t0)
@@ -207,6 +216,7 @@ def calibrate_run(
         merged = dataclasses.replace(merged, meta={**merged.meta, "p2p": "rendezvous"})
     timed, report = calibrate(merged, skip_steps=skip_steps)
     timed = dataclasses.replace(timed, meta={**timed.meta, "structure": kind, "slice_size": str(slice_size),
+                                             "merge": merge,
                                              "host_probe_ms": format_probes(probes)})
     write_graph(timed, run.graph_dir("timed"))
     real = read_graph(run.graph_dir("real")) if (run.graph_dir("real") / "manifest.pb").is_file() else None
@@ -214,7 +224,7 @@ def calibrate_run(
                            real_steps_ns=measured_steps_ns(real) if real else {},
                            timed_dir=run.graph_dir("timed"), wall_s=time.time() - started,
                            host_probe_ms=tuple(probes),
-                           real_timed_with_tracker=real is not None and timed_with_tracker(real.meta))
+                           real_timed_with_tracker=real is not None and timed_with_tracker(real.meta), merge=merge)
 
 
 def mean_measured_ns(steps: tuple[int, ...], skip: int) -> float:

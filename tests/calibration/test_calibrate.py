@@ -9,13 +9,15 @@ from prism.calibration import (
     calibrate,
     crowded_slices,
     median_of_takes,
+    merge_takes,
     plan_slices,
     representatives,
+    rotated_takes,
     settle_warmup,
     typical_steps,
 )
 from prism.core.errors import GraphError
-from prism.graph.records import RankSummary
+from prism.graph.records import NodeKind, RankSummary
 from prism.graph.text import parse_graph
 
 pytestmark = pytest.mark.timeout(30)
@@ -187,3 +189,43 @@ def test_a_slice_measured_three_times_gives_each_node_its_median_take():
     take = "graph world_size=1 kind=real\nr0#0 COMP step=1 d={}\nr0#1 COLL barrier g0:0 step=1 d={}\n"
     takes = [parse_graph(take.format(c, b)).nodes[0] for c, b in ((10, 7), (12, 5), (30, 6))]
     assert [n.duration_ns for n in median_of_takes(takes)] == [12, 6]
+
+
+def _steps_graph(compute_by_rank: dict[int, list[int]]) -> str:
+    """Each rank: per step a compute span, then a barrier of both ranks, then the step's end."""
+    lines = ["graph world_size=2 kind=real", "group 0 ranks=0,1 desc=dp"]
+    for rank, computes in compute_by_rank.items():
+        for step, c in enumerate(computes):
+            lines += [f"r{rank}#{3 * step} COMP step={step} d={c}",
+                      f"r{rank}#{3 * step + 1} COLL barrier g0:{step} step={step} d=1",
+                      f"r{rank}#{3 * step + 2} MARK step_end step={step}"]
+    return "\n".join(lines)
+
+
+def test_rotated_takes_keep_each_steps_spans_from_one_take():
+    takes = [parse_graph(_steps_graph({0: [base + s for s in range(5)]})).nodes[0] for base in (100, 200, 300)]
+    other = tuple(n for n in takes[0] if not (n.step == 3 and n.is_comm))  # another program: left out
+    rotated = rotated_takes([*takes, other], skip_steps=1)
+    computes = [n.duration_ns for n in rotated if n.kind is NodeKind.COMPUTE]
+    # warm-up step 0 from take 0; measured step s from take (s - 1) mod 3
+    assert computes == [100, 101, 202, 303, 104]
+    assert merge_takes(takes, 1, "rotated") == rotated_takes(takes, 1)
+    assert merge_takes(takes, 1, "median") == median_of_takes([typical_steps(t, 1) for t in takes])
+    with pytest.raises(ValueError, match="unknown merge of calibration takes 'mean'"):
+        merge_takes(takes, 1, "mean")
+
+
+def test_with_the_takes_spans_step_by_step_a_collective_waits_for_that_steps_slow_member():
+    # Each rank is slow on every other step, never both at once: every real step waits 20 ns.
+    ranks = {0: [20, 10, 20, 10, 20], 1: [20, 20, 10, 20, 10]}
+    structure = parse_graph(_steps_graph(ranks))
+    takes = {r: [structure.nodes[r]] for r in ranks}
+
+    def calibrated(merge):
+        merged = apply_measurements(structure, {r: merge_takes(t, 1, merge) for r, t in takes.items()})
+        return calibrate(merged, skip_steps=1)[1].ranks[0].calibrated_steps_ns[1:]
+
+    # Each rank's typical step (the median of 10, 20, 10, 20: 15) hides which member was slow in
+    # each step; kept step by step, every barrier waits for the slow one, as in the real run.
+    assert calibrated("median") == (16, 16, 16, 16)
+    assert calibrated("rotated") == (21, 21, 21, 21)

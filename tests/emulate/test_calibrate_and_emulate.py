@@ -6,12 +6,16 @@ clock writes report.json and timeline.json with the real run's losses and close 
 import dataclasses
 import json
 import os
+import pickle
+import shutil
 import statistics
 
 import pytest
 
 from prism.core.config import load_job
+from prism.core.errors import PrismError
 from prism.graph.io import read_graph
+from prism.graph.records import NodeKind
 from prism.sandbox.recording import record_job
 from prism.vrank_replayer import EmulateOptions
 from prism.vrank_replayer.calibrate_run import calibrate_run
@@ -69,6 +73,34 @@ def test_calibrate_writes_a_timed_graph_close_to_the_real_run(calibrated):
         # slices alone cannot see the pipeline's waits; calibration brings them back
         assert close_to(rc.calibrated_step_ns / 1e6, real_ms, 0.15), (rank, rc.calibrated_step_ns / 1e6, real_ms)
         assert result.real_steps_ns[rank] == real.summaries[rank].step_times_ns
+
+
+def _compute_per_step(nodes) -> dict[int, int]:
+    per: dict[int, int] = {}
+    for n in nodes:
+        if n.kind is NodeKind.COMPUTE:
+            per[n.step] = per.get(n.step, 0) + n.duration_ns
+    return per
+
+
+def test_calibrate_with_the_rotated_merge_times_each_step_by_one_take(calibrated, tmp_path):
+    run, _, _ = calibrated
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("calibration", "emulations"))
+    calibrate_run(copy, slice_size=2, repeats=2, merge="rotated", timeout_s=300)
+    timed = read_graph(copy / "graph" / "timed")
+    assert timed.meta["merge"] == "rotated"
+    for rank, slice_dir in ((0, "slice-000"), (3, "slice-001")):
+        takes = [_compute_per_step(pickle.loads((copy / "calibration" / d / f"rank-{rank:05d}.pkl").read_bytes()).nodes)
+                 for d in (slice_dir, f"{slice_dir}-1")]
+        steps = _compute_per_step(timed.nodes[rank])
+        # the warm-up step and measured step 1 from take 0, measured step 2 from take 1
+        assert [steps[s] for s in (0, 1, 2)] == [takes[0][0], takes[0][1], takes[1][2]], (rank, steps, takes)
+
+
+def test_an_unknown_calibration_merge_is_refused_before_any_slice_runs(tmp_path):
+    with pytest.raises(PrismError, match="calibration merge 'mean': one of median, rotated"):
+        calibrate_run(tmp_path / "no-run", merge="mean")
 
 
 def test_emulate_on_the_timed_clock_reports_times_memory_and_a_timeline(calibrated):
