@@ -29,8 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run each slice N times; each node takes its median duration over the takes (default 1)")
     p.add_argument("--merge", choices=MERGES, default="median",
                    help="how each rank's takes become its timing: median (each node its median over the steady steps, "
-                        "then the takes) or rotated (its spans step by step, step s from take s mod N: keeps the "
-                        "step-to-step jitter that makes a collective wait for whoever was slow; docs/emulate.md)")
+                        "then the takes; the default) or rotated (its spans step by step, the k-th measured step "
+                        "from take k mod N: keeps the step-to-step jitter that makes a collective wait for "
+                        "whoever was slow that step; docs/emulate.md)")
     add_timeout_argument(p, default_s=600.0, what="each slice (and the capture run)")
     p.add_argument("--json", dest="json_out", default=None, help="also write the per-rank rows as JSON here")
     add_device_arguments(p)

@@ -216,7 +216,8 @@ def test_rotated_takes_keep_each_steps_spans_from_one_take():
 
 
 def test_with_the_takes_spans_step_by_step_a_collective_waits_for_that_steps_slow_member():
-    # Each rank is slow on every other step, never both at once: every real step waits 20 ns.
+    # In the measured steps (1-4) each rank is slow every other step, never both at once: every
+    # real step waits 20 ns for the slow one.
     ranks = {0: [20, 10, 20, 10, 20], 1: [20, 20, 10, 20, 10]}
     structure = parse_graph(_steps_graph(ranks))
     takes = {r: [structure.nodes[r]] for r in ranks}
