@@ -19,7 +19,7 @@ for ex in $LONG; do
   [ $L -lt 150 ] && { echo "skip $ex: ${L}s left"; continue; }
   o=$OUT/ef_${ex}; lg=/tmp/ef_${ex}.log  # $OUT brings back 8 files: the JSON and the packed run only
   timeout $(( L - 15 )) python bench/emulate_fidelity.py --examples $ex --sizes long --device-path host --warmup-steps 2 --parallel 1 --slice-size 4 --calibration-repeats 3 --calibration-merge ${MERGE:-median} --repeats 3 --real-repeats 3 --budget-s $(( L - 25 )) --first-job-s 130 --keep $KEEP --out $o.json > $lg 2>&1
-  echo "== $ex t=$(( $(date +%s)-T0 ))"; grep "host r\|skipped\|FAILED\|Error" $lg
+  echo "== $ex t=$(( $(date +%s)-T0 ))"; grep -E " r[0-9]+: |skipped|FAILED|Error" $lg
   python bench/_debug/fidelity_steps.py $o.json
   timeout 60 python bench/_debug/take_compute.py $KEEP/$ex-long
   for r in 2 5; do timeout 60 python bench/_debug/wait_kinds.py $KEEP/$ex-long $r; done
@@ -32,7 +32,7 @@ for ex in $SHORT; do
   [ $L -lt 80 ] && { echo "skip $ex: ${L}s left"; continue; }
   o=$OUT/ef_${ex}_short; lg=/tmp/ef_${ex}_short.log
   timeout $(( L - 10 )) python bench/emulate_fidelity.py --examples $ex --sizes default --device-path host --parallel 1 --slice-size 4 --calibration-repeats ${SHORT_TAKES:-1} --calibration-merge ${MERGE:-median} --repeats 2 --real-repeats 2 --budget-s $(( L - 20 )) --first-job-s 60 --keep $KEEP --out $o.json > $lg 2>&1
-  echo "== $ex short t=$(( $(date +%s)-T0 ))"; grep "default r\|skipped\|FAILED\|Error" $lg
+  echo "== $ex short t=$(( $(date +%s)-T0 ))"; grep -E " r[0-9]+: |skipped|FAILED|Error" $lg
   python bench/_debug/fidelity_steps.py $o.json
   for d in $KEEP/$ex-*; do tar -C $KEEP -cJf $OUT/keep_${ex}_short.tar.xz --exclude=payloads --exclude=capture --exclude=outputs --exclude='*.log' $(basename $d); rm -rf $d; done
 done
