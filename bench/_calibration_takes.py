@@ -1,6 +1,6 @@
 """The calibrated prediction recomputed from a run directory's calibration takes
 (``RUN/calibration/slice-NNN[-k]/rank-R.pkl``, left by ``calibrate_run``) with another merge than
-prism's, by the same merge and discrete-event pass (no process is started).
+prism's, by the same discrete-event pass (``timed_from_measurements``; no process is started).
 
 prism gives each node of the steady steps its median over the steps, then over the takes
 (``typical_steps``, ``median_of_takes``): every rank's step is its typical one, so a collective
@@ -14,7 +14,6 @@ rank from take (s − skip) mod k, ``prism calibrate --merge rotated``) are reco
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import pickle
 import re
@@ -23,12 +22,10 @@ from pathlib import Path
 
 from prism.calibration import MERGES as PRISM_MERGES
 from prism.calibration import merge_takes
-from prism.calibration.calibrate import calibrate
-from prism.calibration.merge import apply_measurements, settle_warmup
 from prism.core.rundir import RunDir
 from prism.graph.io import read_graph
 from prism.graph.records import Node
-from prism.vrank_replayer.calibrate_run import structure_kind
+from prism.vrank_replayer.calibrate_run import structure_kind, timed_from_measurements
 
 __all__ = ["MERGES", "prediction_steps_ms", "steps_ms", "takes_by_rank"]
 
@@ -50,14 +47,11 @@ def takes_by_rank(run: Path) -> dict[int, list[tuple[Node, ...]]]:
 
 
 def steps_ms(run: Path, measured: dict[int, tuple[Node, ...]], skip: int) -> dict[int, list[float]]:
-    """Each rank's calibrated step times (ms) from these measurements, merged as ``calibrate_run``
-    merges them."""
+    """Each rank's calibrated step times (ms) from these measurements, through ``calibrate_run``'s
+    own merge and discrete-event pass (``timed_from_measurements``)."""
     rd = RunDir(run)
     structure = read_graph(rd.graph_dir(structure_kind(rd)))
-    merged = settle_warmup(apply_measurements(structure, measured), skip)
-    if rd.load_job().device == "cpu":
-        merged = dataclasses.replace(merged, meta={**merged.meta, "p2p": "rendezvous"})
-    _, report = calibrate(merged, skip_steps=skip)
+    _, report = timed_from_measurements(structure, measured, skip_steps=skip, device=rd.load_job().device)
     return {r: [s / 1e6 for s in c.calibrated_steps_ns] for r, c in report.ranks.items()}
 
 

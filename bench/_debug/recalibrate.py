@@ -1,6 +1,7 @@
 """The calibrated prediction of a kept run directory (``bench/emulate_fidelity.py --keep`` job
 directories) recomputed from its calibration takes with each merge of ``bench/_calibration_takes.py``
-(``median``: prism's; ``per-step``: each take's spans step by step, averaged over the takes), and with
+(``median`` and ``rotated``: prism's, ``prism calibrate --merge``; ``per-step``: each take's spans step by
+step, averaged over the takes), and with
 each take alone (``take K``), against the median over the further real runs (``real-repeats/``) of
 each step, as the benchmark compares them.
 

@@ -204,17 +204,14 @@ def calibrate_run(
         log.info("slice %d/%d ranks %s: %.1f s", i + 1, len(slices), list(ranks), time.time() - t0)
     if on_slice:
         on_slice(len(slices), len(slices), ())
-    merged = apply_measurements(structure, measured, template_of)
     if template_of:
         first = {template_of.get(r, r): r for r in sorted(measured, reverse=True)}
         for r in range(job.world_size):
             if r not in summaries:
                 src = summaries[first[template_of.get(r, r)]]
                 summaries[r] = dataclasses.replace(src, rank=r)
-    merged = dataclasses.replace(settle_warmup(merged, skip_steps), summaries=summaries)
-    if job.device == "cpu":  # gloo: a send completes when its receiver has posted (simulate's docstring)
-        merged = dataclasses.replace(merged, meta={**merged.meta, "p2p": "rendezvous"})
-    timed, report = calibrate(merged, skip_steps=skip_steps)
+    timed, report = timed_from_measurements(structure, measured, skip_steps=skip_steps, device=job.device,
+                                            template_of=template_of, summaries=summaries)
     timed = dataclasses.replace(timed, meta={**timed.meta, "structure": kind, "slice_size": str(slice_size),
                                              "merge": merge,
                                              "host_probe_ms": format_probes(probes)})
@@ -225,6 +222,20 @@ def calibrate_run(
                            timed_dir=run.graph_dir("timed"), wall_s=time.time() - started,
                            host_probe_ms=tuple(probes),
                            real_timed_with_tracker=real is not None and timed_with_tracker(real.meta), merge=merge)
+
+
+def timed_from_measurements(structure: Graph, measured: Mapping[int, Sequence[Node]], *, skip_steps: int,
+                            device: str, template_of: Mapping[int, int] | None = None,
+                            summaries: Mapping[int, RankSummary] | None = None) -> tuple[Graph, CalibrationReport]:
+    """The timed graph and its report from each rank's measured nodes (merged takes): onto the
+    structure graph, the warm-up steps' comm ops settled, the discrete-event pass. ``device``: the
+    job's; on ``cpu`` (gloo) a send completes when its receiver has posted (simulate's docstring)."""
+    merged = settle_warmup(apply_measurements(structure, measured, template_of), skip_steps)
+    if summaries is not None:
+        merged = dataclasses.replace(merged, summaries=dict(summaries))
+    if device == "cpu":
+        merged = dataclasses.replace(merged, meta={**merged.meta, "p2p": "rendezvous"})
+    return calibrate(merged, skip_steps=skip_steps)
 
 
 def mean_measured_ns(steps: tuple[int, ...], skip: int) -> float:
