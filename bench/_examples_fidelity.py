@@ -67,7 +67,7 @@ from prism.vrank_replayer.fidelity import run_spread, step_errors
 from prism.vrank_replayer.launch import capture_job
 
 from _calibration_takes import MERGES as TAKE_MERGES  # bench/, beside this module
-from _calibration_takes import prediction_steps_ms
+from _calibration_takes import CalibrationTakes
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED, COOLDOWN = 5, 1
@@ -221,7 +221,8 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
         wall[f"calibrate_{path}"] = time.time() - t0
         timed[path] = read_graph(run / "graph" / "timed")
         # before another path's slices replace the takes
-        merges[path] = {m: prediction_steps_ms(run, warmup, m) for m in TAKE_MERGES if m != calibration_merge}
+        takes = CalibrationTakes(run, warmup)
+        merges[path] = {m: takes.prediction_steps_ms(m) for m in TAKE_MERGES if m != calibration_merge}
         t0 = time.time()
         emus[path] = []
         for i in range(repeats):

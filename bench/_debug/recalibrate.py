@@ -18,19 +18,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _calibration_takes import MERGES, prediction_steps_ms, steps_ms, takes_by_rank  # noqa: E402
+from _calibration_takes import MERGES, CalibrationTakes  # noqa: E402
 from wait_kinds import real_graphs  # noqa: E402
 
 from prism.graph.io import read_graph  # noqa: E402
-from prism.graph.records import NodeKind  # noqa: E402
 
 
 def real_steps_ms(run: Path, rank: int) -> list[float]:
-    graphs = [g for name, g in real_graphs(run) if name != "real"] or [run / "graph" / "real"]
-    runs = []
-    for g in graphs:
-        ends = [n.start_ns for n in read_graph(g).nodes[rank] if n.kind is NodeKind.MARK and n.mark == "step_end"]
-        runs.append([(b - a) / 1e6 for a, b in zip([ends[0], *ends], ends, strict=False)])
+    """The per-step median of the further real runs (the first one's alone when there are none),
+    from their recorded step times, as the benchmark takes them."""
+    graphs = [read_graph(g) for name, g in real_graphs(run) if name != "real"] or [read_graph(run / "graph" / "real")]
+    runs = [[s / 1e6 for s in g.summaries[rank].step_times_ns] for g in graphs]
     return [statistics.median(s) for s in zip(*runs, strict=False)]
 
 
@@ -43,10 +41,9 @@ def main() -> None:
     a = p.parse_args()
     ranks = [int(r) for r in a.ranks.split(",")]
     truth = {r: real_steps_ms(a.run, r) for r in ranks}
-    takes = takes_by_rank(a.run)
-    rows = {m: prediction_steps_ms(a.run, a.skip, m) for m in MERGES}
-    for k in range(min(len(ts) for ts in takes.values())):
-        rows[f"take {k}"] = steps_ms(a.run, {r: ts[k] for r, ts in takes.items()}, a.skip)
+    takes = CalibrationTakes(a.run, a.skip)
+    rows = {m: takes.prediction_steps_ms(m) for m in MERGES}
+    rows.update({f"take {k}": takes.take_steps_ms(k) for k in range(takes.count)})
     for name, steps in rows.items():
         cols = []
         for r in ranks:

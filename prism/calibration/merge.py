@@ -163,11 +163,15 @@ def typical_steps(nodes: Sequence[Node], skip_steps: int) -> tuple[Node, ...]:
 def median_of_takes(takes: Sequence[Sequence[Node]]) -> tuple[Node, ...]:
     """Several measurements of one rank (the same program): each node with its median duration
     over the takes. Takes whose node sequence differs from the first one's are left out."""
-    first = takes[0]
-    shape = [_signature(n) for n in first]
-    same = [t for t in takes if [_signature(n) for n in t] == shape]
+    same = _same_program(takes)
     return tuple(dataclasses.replace(n, duration_ns=int(statistics.median(t[i].duration_ns for t in same)))
-                 for i, n in enumerate(first))
+                 for i, n in enumerate(takes[0]))
+
+
+def _same_program(takes: Sequence[Sequence[Node]]) -> list[Sequence[Node]]:
+    """The takes whose node sequence is the first one's (the first among them)."""
+    shape = [_signature(n) for n in takes[0]]
+    return [t for t in takes if [_signature(n) for n in t] == shape]
 
 
 MERGES = ("median", "rotated")
@@ -180,11 +184,9 @@ def rotated_takes(takes: Sequence[Sequence[Node]], skip_steps: int) -> tuple[Nod
     measured for it, so a collective waits for whichever rank was slow that step, as in a real run;
     medians keep only the typically-last one. Takes whose node sequence differs from the first
     one's are left out."""
-    first = takes[0]
-    shape = [_signature(n) for n in first]
-    same = [t for t in takes if [_signature(n) for n in t] == shape]
+    same = _same_program(takes)
     return tuple(dataclasses.replace(n, duration_ns=same[(n.step - skip_steps) % len(same)][i].duration_ns)
-                 if n.step >= skip_steps else n for i, n in enumerate(first))
+                 if n.step >= skip_steps else n for i, n in enumerate(takes[0]))
 
 
 def merge_takes(takes: Sequence[Sequence[Node]], skip_steps: int, merge: str = "median") -> tuple[Node, ...]:
