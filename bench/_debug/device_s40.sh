@@ -7,7 +7,8 @@
 # compute, pp-interleaved's calibration miss). Then SHORT examples, kept and packed the same way, at their default sizes, 2 x 1 x 2, as session 37 ran them
 # (its warm-up steps, not 2), with the cost per comm op (pp 1F1B: +39 %, +0.17 ms per op then).
 # MERGE=median|rotated: prism calibrate --merge of every calibration (each JSON reports the other merges
-# beside it); SHORT_TAKES: calibration takes of the short jobs (1).
+# beside it); SHORT_TAKES: calibration takes of the short jobs (1). ANALYZE=0 (session 41) leaves
+# take_compute and wait_kinds to this machine, on the packed run directory, to save device time.
 # Usage (device tool):  LONG="fsdp2-sleep" SHORT="pp-1f1b" LIMIT_S=<limit> bash bench/_debug/device_s40.sh
 export PYTHONPATH=$PWD
 T0=$(date +%s)
@@ -21,8 +22,10 @@ for ex in $LONG; do
   timeout $(( L - 15 )) python bench/emulate_fidelity.py --examples $ex --sizes long --device-path host --warmup-steps 2 --parallel 1 --slice-size 4 --calibration-repeats 3 --calibration-merge ${MERGE:-median} --repeats 3 --real-repeats 3 --budget-s $(( L - 25 )) --first-job-s 130 --keep $KEEP --out $o.json > $lg 2>&1
   echo "== $ex t=$(( $(date +%s)-T0 ))"; grep -E " r[0-9]+: |skipped|FAILED|Error" $lg
   python bench/_debug/fidelity_steps.py $o.json
-  timeout 60 python bench/_debug/take_compute.py $KEEP/$ex-long
-  for r in 2 5; do timeout 60 python bench/_debug/wait_kinds.py $KEEP/$ex-long $r; done
+  if [ "${ANALYZE:-1}" = 1 ]; then
+    timeout 60 python bench/_debug/take_compute.py $KEEP/$ex-long
+    for r in 2 5; do timeout 60 python bench/_debug/wait_kinds.py $KEEP/$ex-long $r; done
+  fi
   tar -C $KEEP -cJf $OUT/keep_${ex}.tar.xz --exclude=payloads --exclude=capture --exclude=outputs --exclude='*.log' $ex-long
   ls -la $OUT/keep_${ex}.tar.xz
   rm -rf $KEEP/$ex-long
