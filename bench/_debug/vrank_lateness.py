@@ -4,6 +4,11 @@ timed graph + the vrank's offset at that moment, the last ``anchor`` event befor
 over the measured steps. ``TimedClock.issue_at_ns`` plans each issue at that sum; a wake lead
 (the median of recent wake-ups' lateness) centres the median, and what is left is the tail.
 
+A collective's hosted vranks are waited for one after the other on the channel's thread (the party
+starts when the last is due), so a collective's lateness is counted from the latest plan among the
+vranks of that replayer: a vrank planned early is not late when it waits for a member planned later
+(session 41: fsdp2-sleep's vrank 3, "+5.6 ms" per step in session 40, waited for vrank 1's plan).
+
     python bench/_debug/vrank_lateness.py RUN [--skip 2]
 """
 
@@ -32,16 +37,27 @@ def main() -> None:
             by_vrank: dict[int, list] = {}
             for vrank, index, kind, ns in json.loads(Path(clock).read_text()):
                 by_vrank.setdefault(vrank, []).append((index, kind, ns))
+            issues = []  # (vrank, node, real issue, plan)
             for vrank, events in sorted(by_vrank.items()):
                 nodes = {n.index: n for n in timed[vrank]}
-                steps = {n.step for n in timed[vrank] if n.step >= a.skip}
-                offset, late = None, {}
+                offset = None
                 for index, kind, ns in events:
                     if kind == "anchor":
                         offset = ns
                     elif kind == "issue" and offset is not None and nodes[index].step >= a.skip:
-                        n = nodes[index]
-                        late.setdefault(n.kind.name, []).append((ns - (n.start_ns + offset)) / 1e3)
+                        issues.append((vrank, nodes[index], ns, nodes[index].start_ns + offset))
+            party_plan: dict[tuple, float] = {}
+            for _, n, _, plan in issues:
+                if n.kind.name == "COLLECTIVE":
+                    key = (n.group_id, n.seq)
+                    party_plan[key] = max(plan, party_plan.get(key, plan))
+            for vrank in sorted(by_vrank):
+                steps = {n.step for n in timed[vrank] if n.step >= a.skip}
+                late: dict[str, list[float]] = {}
+                for v, n, ns, plan in issues:
+                    if v == vrank:
+                        plan = party_plan.get((n.group_id, n.seq), plan) if n.kind.name == "COLLECTIVE" else plan
+                        late.setdefault(n.kind.name, []).append((ns - plan) / 1e3)
                 cols = "  ".join(
                     f"{k}: {len(x)} issues, median {statistics.median(x):+.0f} us, p90 "
                     f"{sorted(x)[int(0.9 * (len(x) - 1))]:+.0f} us, late sum {sum(max(0.0, y) for y in x) / 1e3 / max(1, len(steps)):.2f} ms/step"
