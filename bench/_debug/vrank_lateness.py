@@ -4,10 +4,11 @@ timed graph + the vrank's offset at that moment, the last ``anchor`` event befor
 over the measured steps. ``TimedClock.issue_at_ns`` plans each issue at that sum; a wake lead
 (the median of recent wake-ups' lateness) centres the median, and what is left is the tail.
 
-A collective's hosted vranks are waited for one after the other on the channel's thread (the party
-starts when the last is due), so a collective's lateness is counted from the latest plan among the
-vranks of that replayer: a vrank planned early is not late when it waits for a member planned later
-(session 41: fsdp2-sleep's vrank 3, "+5.6 ms" per step in session 40, waited for vrank 1's plan).
+A collective's hosted vranks are waited for one after the other on the channel's thread, and the
+party starts when the last is due. So a collective's lateness is its party's: the last issue among
+the vranks of that replayer minus the latest plan among them, the same for each of those vranks. A
+vrank planned early is not late when it waits for a member planned later (session 41:
+fsdp2-sleep's vrank 3, "+5.6 ms" per step in session 40, waited for vrank 1's plan).
 
     python bench/_debug/vrank_lateness.py RUN [--skip 2]
 """
@@ -47,16 +48,19 @@ def main() -> None:
                     elif kind == "issue" and offset is not None and nodes[index].step >= a.skip:
                         issues.append((vrank, nodes[index], ns, nodes[index].start_ns + offset))
             party_plan: dict[tuple, float] = {}
-            for _, n, _, plan in issues:
+            party_issue: dict[tuple, float] = {}
+            for _, n, ns, plan in issues:
                 if n.kind.name == "COLLECTIVE":
                     key = (n.group_id, n.seq)
                     party_plan[key] = max(plan, party_plan.get(key, plan))
+                    party_issue[key] = max(ns, party_issue.get(key, ns))
             for vrank in sorted(by_vrank):
                 steps = {n.step for n in timed[vrank] if n.step >= a.skip}
                 late: dict[str, list[float]] = {}
                 for v, n, ns, plan in issues:
                     if v == vrank:
-                        plan = party_plan.get((n.group_id, n.seq), plan) if n.kind.name == "COLLECTIVE" else plan
+                        if n.kind.name == "COLLECTIVE":
+                            ns, plan = party_issue[(n.group_id, n.seq)], party_plan[(n.group_id, n.seq)]
                         late.setdefault(n.kind.name, []).append((ns - plan) / 1e3)
                 cols = "  ".join(
                     f"{k}: {len(x)} issues, median {statistics.median(x):+.0f} us, p90 "
