@@ -55,6 +55,7 @@ import threading
 import time
 from pathlib import Path
 
+from prism.calibration import DEFAULT_MERGE
 from prism.core.config import load_job
 from prism.core.host_speed import probe_ms as host_probe_ms
 from prism.graph.io import read_graph
@@ -173,7 +174,7 @@ def example_ranks(name: str) -> tuple[int, ...]:
 def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | None, repeats: int, real_repeats: int,
                 slice_size: int, calibration_repeats: int, timeout_s: float, order: str = "alternate",
                 device_path: str = "auto", world: int | None = None, warmup: int | None = None,
-                replayers: int = 1, calibration_merge: str = "median") -> list[dict]:
+                replayers: int = 1, calibration_merge: str = DEFAULT_MERGE) -> list[dict]:
     """``order``: ``phases`` runs every real run, then the calibration, then every emulation;
     ``alternate`` records the first real run (the structure the calibration uses), calibrates, then
     alternates emulation i with real run i + 1, so a drift of the host's speed meets both sides

@@ -51,7 +51,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from prism.calibration import MERGES
+from prism.calibration import DEFAULT_MERGE, MERGES
 from prism.cli import positive_int
 from prism.core.config import load_job
 from prism.core.rundir import RunDir
@@ -297,8 +297,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="emulations per shape; per-step medians are compared")
     p.add_argument("--real-repeats", type=int, default=3, help="real runs per shape; per-step medians are the truth")
     p.add_argument("--calibration-repeats", type=int, default=2,
-                   help="takes of each calibration slice (each node takes its median)")
-    p.add_argument("--calibration-merge", choices=MERGES, default="median",
+                   help="takes of each calibration slice (--calibration-merge says how they become the timing)")
+    p.add_argument("--calibration-merge", choices=MERGES, default=DEFAULT_MERGE,
                    help="with --examples: how each rank's takes become its timing (prism calibrate --merge)")
     p.add_argument("--slice-size", type=int, default=2,
                    help="real ranks per calibration slice (2 on a 2-core host; more where cores allow)")

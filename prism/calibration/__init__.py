@@ -3,6 +3,7 @@ onto the bare graph, and inter-slice calibration (DESIGN §7)."""
 
 from .calibrate import CalibrationReport, RankCalibration, calibrate
 from .merge import (
+    DEFAULT_MERGE,
     MERGES,
     apply_measurements,
     median_of_takes,
@@ -15,6 +16,7 @@ from .merge import (
 from .slices import crowded_slices, plan_slices, representatives
 
 __all__ = [
+    "DEFAULT_MERGE",
     "MERGES",
     "CalibrationReport",
     "RankCalibration",

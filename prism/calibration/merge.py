@@ -177,6 +177,10 @@ def _same_program(takes: Sequence[Sequence[Node]]) -> list[Sequence[Node]]:
 MERGES = ("median", "rotated")
 """How a rank's calibration takes become its measured nodes (:func:`merge_takes`)."""
 
+DEFAULT_MERGE = "rotated"
+"""The merge ``prism calibrate`` uses unless told: each step keeps its measured spans, so the timed
+graph keeps the step-to-step jitter a real run's collectives wait on (docs/emulate.md, session 41)."""
+
 
 def rotated_takes(takes: Sequence[Sequence[Node]], skip_steps: int) -> tuple[Node, ...]:
     """Several measurements of one rank, kept step by step: take 0's nodes, each node of step
@@ -189,7 +193,7 @@ def rotated_takes(takes: Sequence[Sequence[Node]], skip_steps: int) -> tuple[Nod
                  if n.step >= skip_steps else n for i, n in enumerate(takes[0]))
 
 
-def merge_takes(takes: Sequence[Sequence[Node]], skip_steps: int, merge: str = "median") -> tuple[Node, ...]:
+def merge_takes(takes: Sequence[Sequence[Node]], skip_steps: int, merge: str = DEFAULT_MERGE) -> tuple[Node, ...]:
     """One rank's measured nodes from its takes: ``median``, each node of the steady steps its
     median over the steps (:func:`typical_steps`), then over the takes (:func:`median_of_takes`);
     ``rotated``, each step from one take (:func:`rotated_takes`)."""

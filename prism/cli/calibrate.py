@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from prism.calibration import MERGES
+from prism.calibration import DEFAULT_MERGE, MERGES
 from prism.core.strict_json import dumps_strict
 from prism.vrank_replayer.calibrate_run import CalibrateResult, calibrate_run, mean_measured_ns
 
@@ -26,12 +26,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slice-size", type=positive_int, default=2, help="ranks that run for real in each slice (S)")
     p.add_argument("--skip", type=non_negative_int, default=None, help="warmup steps left out (default: iterations.warmup)")
     p.add_argument("--repeats", type=positive_int, default=1, metavar="N",
-                   help="run each slice N times; each node takes its median duration over the takes (default 1)")
-    p.add_argument("--merge", choices=MERGES, default="median",
-                   help="how each rank's takes become its timing: median (each node its median over the steady steps, "
-                        "then the takes; the default) or rotated (its spans step by step, the k-th measured step "
-                        "from take k mod N: keeps the step-to-step jitter that makes a collective wait for "
-                        "whoever was slow that step; docs/emulate.md)")
+                   help="run each slice N times (default 1); --merge says how the takes become the timing")
+    p.add_argument("--merge", choices=MERGES, default=DEFAULT_MERGE,
+                   help="how each rank's takes become its timing: rotated (its spans step by step, the k-th measured "
+                        "step from take k mod N: keeps the step-to-step jitter that makes a collective wait for "
+                        "whoever was slow that step; the default) or median (each node its median over the steady "
+                        "steps, then over the takes: every step typical); docs/emulate.md")
     add_timeout_argument(p, default_s=600.0, what="each slice (and the capture run)")
     p.add_argument("--json", dest="json_out", default=None, help="also write the per-rank rows as JSON here")
     add_device_arguments(p)

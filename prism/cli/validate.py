@@ -22,7 +22,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from prism.calibration import MERGES
+from prism.calibration import DEFAULT_MERGE, MERGES
 from prism.core.config import load_job
 from prism.core.errors import PrismError, RankFailedError, crash_site
 from prism.core.host_speed import probe_ms
@@ -60,9 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_force_argument(p)
     p.add_argument("--slice-size", type=positive_int, default=2, help="ranks per calibration slice")
     p.add_argument("--calibration-repeats", type=positive_int, default=1, metavar="N",
-                   help="run each calibration slice N times, each node taking its median duration over the takes (default 1)")
-    p.add_argument("--calibration-merge", choices=MERGES, default="median",
-                   help="how each rank's calibration takes become its timing (prism calibrate --merge)")
+                   help="run each calibration slice N times (default 1)")
+    p.add_argument("--calibration-merge", choices=MERGES, default=DEFAULT_MERGE,
+                   help=f"how each rank's calibration takes become its timing (prism calibrate --merge; default {DEFAULT_MERGE})")
     add_timeout_argument(p, default_s=600.0, what="each run (record, capture, each calibration slice, emulate)")
     p.add_argument("--no-torch-fake", action="store_true", help="leave out the fake process group column")
     p.add_argument("--json", dest="json_out", default=None, help="write the comparison as JSON here")
@@ -94,7 +94,7 @@ def _torch_fake(job, rank: int, real, skip: int, timeout_s: float, run: Path) ->
 
 def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int, timeout_s: float,
              torch_fake: bool, device: dict | None = None, real_repeats: int = 1,
-             calibration_repeats: int = 1, calibration_merge: str = "median", replace: bool = False) -> dict:
+             calibration_repeats: int = 1, calibration_merge: str = DEFAULT_MERGE, replace: bool = False) -> dict:
     if real_repeats < 1:
         raise PrismError(f"--real-repeats must be at least 1, got {real_repeats}")
     job = load_job(job_path)

@@ -9,13 +9,15 @@
    runs its ranks for real with the ``live`` engine while every other rank is a vrank replaying
    the structure graph as soon as it can (:class:`~.clock.AsapClock`). Each real rank's recorded
    nodes (its ``RankRecord``, ``rank-R.pkl``) are its timing measurement.
-3. :func:`~prism.calibration.typical_steps` gives each steady-step node its median over the
-   slice's measured steps (one step's burst of external load is not a slow step of the
-   prediction); with ``repeats`` > 1, :func:`~prism.calibration.median_of_takes` gives each node
-   its median over the slice's takes. With ``merge="rotated"`` (``prism calibrate --merge rotated``)
-   each rank keeps its spans step by step instead, measured step s from take (s − skip) mod k
-   (:func:`~prism.calibration.rotated_takes`; docs/emulate.md, "The calibration's merge and the
-   ranks' step-to-step jitter"). The slices complete every op as soon as the backend has
+3. The takes become each rank's measured nodes (``merge``, :func:`~prism.calibration.merge_takes`).
+   ``rotated`` (the default): each rank keeps its spans step by step, measured step s from take
+   (s − skip) mod k (:func:`~prism.calibration.rotated_takes`), so each step's collectives wait for
+   whichever rank was slow in it, as a real run's do (docs/emulate.md, "The calibration's merge and
+   the ranks' step-to-step jitter", and session 41's figures). ``median``:
+   :func:`~prism.calibration.typical_steps` gives each steady-step node its median over the slice's
+   measured steps (one step's burst of external load is not a slow step of the prediction, but
+   neither is any rank's slow step), then :func:`~prism.calibration.median_of_takes` its median
+   over the takes. The slices complete every op as soon as the backend has
    (``EmulateOptions.eager_completion``), so an op's duration ends there and not at a wait the
    script makes after its compute. :func:`~prism.calibration.apply_measurements` moves
    the measurements onto the structure graph (``bare`` when collected, else ``real``),
@@ -40,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prism.calibration import (
+    DEFAULT_MERGE,
     MERGES,
     CalibrationReport,
     apply_measurements,
@@ -90,7 +93,7 @@ class CalibrateResult:
     real_timed_with_tracker: bool = False
     """The real run's steps include the CPU memory tracker's cost (``prism record --no-memory-pass``),
     which the slices do not have (:func:`~prism.graph.memory_pass.timed_with_tracker`)."""
-    merge: str = "median"
+    merge: str = DEFAULT_MERGE
     """How each rank's takes became its timing (:data:`~prism.calibration.MERGES`)."""
 
 
@@ -143,11 +146,11 @@ def calibrate_run(
     timeout_s: float = 600.0,
     on_slice: Callable[[int, int, tuple[int, ...]], None] | None = None,
     device: Mapping | None = None,
-    merge: str = "median",
+    merge: str = DEFAULT_MERGE,
 ) -> CalibrateResult:
     """Run the timing slices of RUN and write RUN/graph/timed (module docstring).
 
-    ``repeats``: run each slice that many times; each node takes its median over the takes. ``on_slice(done, total, ranks)`` is called
+    ``repeats``: run each slice that many times (``merge`` says how the takes become the timing). ``on_slice(done, total, ranks)`` is called
     before each slice (done = slices finished) and once at the end. ``device``: the
     :class:`EmulateOptions` layout fields (device_path, sandbox_gpus, assistant_gpus): the slices run
     on the same data path as the emulation. ``merge``: how each rank's takes become its measured
