@@ -83,11 +83,11 @@ def _compute_per_step(nodes) -> dict[int, int]:
     return per
 
 
-def test_calibrate_with_the_rotated_merge_times_each_step_by_one_take(calibrated, tmp_path):
+def test_calibrate_by_default_times_each_step_by_one_take(calibrated, tmp_path):
     run, _, _ = calibrated
     copy = tmp_path / "run"
     shutil.copytree(run, copy, ignore=shutil.ignore_patterns("calibration", "emulations"))
-    calibrate_run(copy, slice_size=2, repeats=2, merge="rotated", timeout_s=300)
+    calibrate_run(copy, slice_size=2, repeats=2, timeout_s=300)  # the default merge: rotated
     timed = read_graph(copy / "graph" / "timed")
     assert timed.meta["merge"] == "rotated"
     for rank, slice_dir in ((0, "slice-000"), (3, "slice-001")):

@@ -55,7 +55,7 @@ def test_a_run_without_steps_says_so_in_one_line_and_prints_no_nan(run_prism, tm
                      "--timeout", "300", timeout=600)
     outputs["validate"] = proc
     outputs["calibrate"] = run_prism("calibrate", run, "--json", str(tmp_path / "c.json"), "--repeats", "2",
-                                     "--merge", "rotated", timeout=400)
+                                     "--merge", "median", timeout=400)
     outputs["emulate"] = run_prism("emulate", run, "--ranks", "1")
     outputs["emulate --json"] = run_prism("emulate", run, "--ranks", "1", "--json")
     for name, proc in outputs.items():
@@ -77,4 +77,4 @@ def test_a_run_without_steps_says_so_in_one_line_and_prints_no_nan(run_prism, tm
     emulated = json.loads(outputs["emulate --json"].stdout)
     assert emulated["ranks"]["1"]["step_ms"] == [] and emulated["ranks"]["1"]["mean_ms"] is None
     calibrated = json.loads((tmp_path / "c.json").read_text())
-    assert calibrated["ranks_without_steps"] == [0, 1] and calibrated["merge"] == "rotated"
+    assert calibrated["ranks_without_steps"] == [0, 1] and calibrated["merge"] == "median"
