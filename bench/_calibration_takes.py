@@ -1,22 +1,19 @@
-"""The calibrated prediction recomputed from a run directory's calibration takes
-(``RUN/calibration/slice-NNN[-k]/rank-R.pkl``, left by ``calibrate_run``) with another merge than
-prism's, by the same discrete-event pass (``timed_from_measurements``; no process is started).
+"""The calibrated prediction recomputed from a run directory's calibration takes (read back by
+``calibration_takes``, as ``calibrate_run`` left them) with every merge, through the same
+discrete-event pass (``timed_from_measurements``; no process is started).
 
-prism gives each node of the steady steps its median over the steps, then over the takes
-(``typical_steps``, ``median_of_takes``): every rank's step is its typical one, so a collective
-waits for the member whose *typical* arrival is last. In a real run each step's late member is
-whoever was slow that step, and the step is the simulation of each rank's own spans step by step
-(``bench/_debug/jitter_effect.py``: fsdp2-sleep's real graphs, typical spans −0.8 … +2.6 % from
-their own per-step simulation). ``CalibrationTakes(run, skip).prediction_steps_ms("per-step")`` keeps each take's
-spans step by step, merges take k of every slice into one graph and simulates it, and averages the
-steps over the takes. prism's own merges (``median``, ``rotated``: one graph, measured step s of every
-rank from take (s − skip) mod k, ``prism calibrate --merge rotated``) are recomputed as prism makes them."""
+prism's merges (``prism calibrate --merge``): ``rotated``, the default, one graph whose measured
+step s of every rank comes from take (s − skip) mod k, and ``median``, each node of the steady steps
+its median over the steps and then over the takes (``typical_steps``, ``median_of_takes``), so every
+rank's step is its typical one and a collective waits for the member whose *typical* arrival is
+last. In a real run each step's late member is whoever was slow that step
+(``bench/_debug/jitter_effect.py``: fsdp2-sleep's real graphs, typical spans −0.8 … +2.6 % from their
+own per-step simulation). ``CalibrationTakes(run, skip).prediction_steps_ms("per-step")`` keeps each
+take's spans step by step, merges take k of every slice into one graph and simulates it, and
+averages the steps over the takes: not one graph, so not a timed graph the vranks could replay."""
 
 from __future__ import annotations
 
-import glob
-import pickle
-import re
 import statistics
 from pathlib import Path
 
@@ -25,16 +22,11 @@ from prism.calibration import merge_takes
 from prism.core.rundir import RunDir
 from prism.graph.io import read_graph
 from prism.graph.records import Node
-from prism.vrank_replayer.calibrate_run import structure_kind, timed_from_measurements
+from prism.vrank_replayer.calibrate_run import calibration_takes, structure_kind, timed_from_measurements
 
 __all__ = ["MERGES", "CalibrationTakes"]
 
 MERGES = ("median", "per-step", "rotated")
-
-
-def _take_index(slice_dir: Path) -> int:
-    m = re.fullmatch(r"slice-\d+-(\d+)", slice_dir.name)
-    return int(m.group(1)) if m else 0
 
 
 class CalibrationTakes:
@@ -45,12 +37,7 @@ class CalibrationTakes:
         self.skip = skip
         self.structure = read_graph(rd.graph_dir(structure_kind(rd)))
         self.device = rd.load_job().device
-        by_rank: dict[int, dict[int, tuple[Node, ...]]] = {}
-        for d in glob.glob(str(run / "calibration" / "slice-*")):
-            for f in glob.glob(f"{d}/rank-*.pkl"):
-                with open(f, "rb") as fh:
-                    by_rank.setdefault(int(Path(f).stem.split("-")[1]), {})[_take_index(Path(d))] = tuple(pickle.load(fh).nodes)
-        self.takes = {r: [by_take[k] for k in sorted(by_take)] for r, by_take in by_rank.items()}
+        self.takes = calibration_takes(run)
         """Each measured rank's takes, in take order (``slice-NNN`` is take 0, ``slice-NNN-k`` take k)."""
         self.count = min(len(ts) for ts in self.takes.values())
         """Takes every measured rank has."""

@@ -24,9 +24,10 @@ Every run is timed without the CPU memory tracker (``PRISM_MEMORY=rss`` in the j
 real and emulated alike), so the figures compare like with like. Reported per rank: per-step
 medians of the real runs and of the emulations, the emulated mean and max-step errors, the
 calibrated prediction's error and, beside it, ``calibrated_merges`` (the same takes merged
-otherwise: ``median``, prism's default, ``per-step``, their own spans step by step averaged over the
-takes, and ``rotated``, one graph whose step s comes from take (s − skip) mod k, each but the one
-``--calibration-merge`` calibrated with; bench/_calibration_takes.py; not emulated),
+otherwise, each but the one ``--calibration-merge`` calibrated with: ``rotated``, prism's default,
+one graph whose step s comes from take (s − skip) mod k, ``median``, every node its median over the
+steps and takes, and ``per-step``, their own spans step by step averaged over the takes;
+bench/_calibration_takes.py; not emulated),
 the emulation against its own timed graph
 (``emulated_vs_calibrated``: what the emulator adds, apart from the calibration's error against
 the real run), the emulator's overhead per comm op of the rank (emulated −

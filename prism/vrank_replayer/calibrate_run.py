@@ -66,7 +66,8 @@ from prism.nccl_patches.recorded_store import derive_from_capture, recorded_dir
 
 from .launch import EmulateOptions, capture_job, emulate
 
-__all__ = ["CalibrateResult", "SliceResult", "calibrate_run", "ensure_recorded", "mean_measured_ns", "measured_steps_ns", "structure_kind"]
+__all__ = ["CalibrateResult", "SliceResult", "calibrate_run", "calibration_takes", "ensure_recorded", "mean_measured_ns",
+           "measured_steps_ns", "structure_kind", "take_dir", "timed_from_measurements"]
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,26 @@ def _load_record(out_dir: Path, rank: int):
     # The worker's prism.graph.records.RankRecord: this role reads the file the worker wrote.
     with record_path(out_dir, rank).open("rb") as f:
         return pickle.load(f)  # noqa: S301 - our own worker's output
+
+
+def take_dir(run_root: Path, slice_index: int, take: int) -> Path:
+    """Where take ``take`` of slice ``slice_index`` runs: ``calibration/slice-NNN``, then ``slice-NNN-k``."""
+    name = f"slice-{slice_index:03d}" if take == 0 else f"slice-{slice_index:03d}-{take}"
+    return run_root / "calibration" / name
+
+
+def calibration_takes(run_root: Path) -> dict[int, list[tuple[Node, ...]]]:
+    """Each measured rank's nodes in every take a calibration left in ``run_root`` (:func:`take_dir`),
+    in take order."""
+    by_rank: dict[int, dict[int, tuple[Node, ...]]] = {}
+    for d in (run_root / "calibration").glob("slice-*"):
+        if not d.is_dir():
+            continue
+        take = int(d.name.removeprefix("slice-").partition("-")[2] or 0)
+        for f in d.glob("rank-*.pkl"):
+            rank = int(f.stem.removeprefix("rank-"))
+            by_rank.setdefault(rank, {})[take] = tuple(_load_record(d, rank).nodes)
+    return {r: [by_take[k] for k in sorted(by_take)] for r, by_take in by_rank.items()}
 
 
 def ensure_recorded(run_dir: str | Path, ranks: tuple[int, ...], *, capture: bool = True,
@@ -192,7 +213,7 @@ def calibrate_run(
         takes: dict[int, list[Sequence[Node]]] = {r: [] for r in ranks}
         steps = {}
         for k in range(max(1, repeats)):
-            out = run.root / "calibration" / (f"slice-{i:03d}" if k == 0 else f"slice-{i:03d}-{k}")
+            out = take_dir(run.root, i, k)
             emulate(run.root, slice_options(ranks, out))
             for r in ranks:
                 record = _load_record(out, r)

@@ -18,7 +18,7 @@ from prism.graph.io import read_graph
 from prism.graph.records import NodeKind
 from prism.sandbox.recording import record_job
 from prism.vrank_replayer import EmulateOptions
-from prism.vrank_replayer.calibrate_run import calibrate_run
+from prism.vrank_replayer.calibrate_run import calibrate_run, calibration_takes
 from prism.vrank_replayer.emulate_report import emulate_and_report
 from tests.conftest import EXAMPLE_JOBS
 
@@ -96,6 +96,12 @@ def test_calibrate_by_default_times_each_step_by_one_take(calibrated, tmp_path):
         steps = _compute_per_step(timed.nodes[rank])
         # the warm-up step and measured step 1 from take 0, measured step 2 from take 1
         assert [steps[s] for s in (0, 1, 2)] == [takes[0][0], takes[0][1], takes[1][2]], (rank, steps, takes)
+    # the takes read back, in take order, as the benchmark recomputes other merges from them
+    read_back = calibration_takes(copy)
+    assert sorted(read_back) == [0, 1, 2, 3]
+    assert [_compute_per_step(t) for t in read_back[3]] == [
+        _compute_per_step(pickle.loads((copy / "calibration" / d / "rank-00003.pkl").read_bytes()).nodes)
+        for d in ("slice-001", "slice-001-1")]
 
 
 def test_an_unknown_calibration_merge_is_refused_before_any_slice_runs(tmp_path):
