@@ -239,7 +239,9 @@ class TimedClock:
 
     def blocked_on(self, vrank: int, node: Node) -> list[int]:
         """Ops ``vrank`` waits for before issuing ``node`` whose real completion is still due."""
-        op = self._op(vrank, node)
+        return self._blocked_on(vrank, self._op(vrank, node))
+
+    def _blocked_on(self, vrank: int, op: VrankOp) -> list[int]:
         sched = self.schedules[vrank]
         return [i for i in op.blockers if (vrank, i) not in self._completed
                 and sched.by_index[i].key not in self._done_keys
@@ -247,7 +249,9 @@ class TimedClock:
 
     def issue_at_ns(self, vrank: int, node: Node) -> float:
         """Real time at which ``vrank`` issues ``node`` (−inf: at once)."""
-        op = self._op(vrank, node)
+        return self._issue_at_ns(vrank, self._op(vrank, node))
+
+    def _issue_at_ns(self, vrank: int, op: VrankOp) -> float:
         offset = self._offset.get(vrank)
         if offset is None:
             return -math.inf
@@ -275,7 +279,10 @@ class TimedClock:
 
     def complete_at(self, vrank: int, node: Node, real_ns: float) -> None:
         """Record that ``vrank``'s part of ``node`` completed at real time ``real_ns``."""
-        op = self._op(vrank, node)
+        self._complete_at(vrank, self._op(vrank, node), real_ns)
+
+    def _complete_at(self, vrank: int, op: VrankOp, real_ns: float, *, event: str | None = None) -> None:
+        """``event``: also log the completion as that event, under the same lock."""
         with self._lock:
             self._completed.add((vrank, op.index))
             if op.wait_ns >= 0:
@@ -294,6 +301,8 @@ class TimedClock:
                 else:
                     self._warmup_release[vrank] = max(release_real, self._warmup_release.get(vrank, -math.inf))
                 self.events.append((vrank, op.index, "anchor", int(self._offset[vrank])))
+            if event is not None:
+                self.events.append((vrank, op.index, event, real_ns))
             self._conds[vrank].notify_all()
 
     def collective_done(self, node: Node) -> None:
@@ -314,21 +323,22 @@ class TimedClock:
     # ------------------------------------------------------------------------------ real time
 
     def wait_until_issue(self, vrank: int, node: Node) -> None:
-        self.announce(vrank, node)
+        op = self._op(vrank, node)  # once per op: the replayer's Python per message counts (docs/emulate.md)
         deadline = time.monotonic() + self.timeout_s
         cond = self._conds[vrank]
         with cond:
+            self._announced.add((vrank, op.index))
             while True:
                 if time.monotonic() > deadline:
                     raise GraphError(f"vrank {vrank}: waited {self.timeout_s:.0f} s to issue {node.kind.value} "
-                                     f"g{node.group_id}:{node.seq}; still due: ops {self.blocked_on(vrank, node)}")
-                if self.blocked_on(vrank, node):
+                                     f"g{node.group_id}:{node.seq}; still due: ops {self._blocked_on(vrank, op)}")
+                if op.blockers and self._blocked_on(vrank, op):
                     cond.wait(timeout=1.0)
                     continue
                 now = time.perf_counter_ns()
-                wake_ns = self.issue_at_ns(vrank, node) - self.wake_lead_ns()
+                wake_ns = self._issue_at_ns(vrank, op) - self._lead_ns
                 if now >= wake_ns:
-                    self.events.append((vrank, self._op(vrank, node).index, "issue", now))
+                    self.events.append((vrank, op.index, "issue", now))
                     return
                 timeout_s = min((wake_ns - now) / 1e9, 1.0)
                 if not cond.wait(timeout=timeout_s):  # timed out: how late did this thread wake up?
@@ -346,10 +356,7 @@ class TimedClock:
         self._lead_ns = min(statistics.median(self._wakeups), _MAX_LEAD_NS)
 
     def on_complete(self, vrank: int, node: Node) -> None:
-        now = time.perf_counter_ns()
-        self.complete_at(vrank, node, now)
-        with self._lock:
-            self.events.append((vrank, self._op(vrank, node).index, "complete", now))
+        self._complete_at(vrank, self._op(vrank, node), time.perf_counter_ns(), event="complete")
 
 
 class CoSimClock:

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +48,7 @@ from prism.nccl_patches.vplan import (
     barrier_record,
     collective_tag_base,
     endpoint_plan,
-    p2p_tag_base,
+    p2p_tag,
     transport_prefix,
 )
 
@@ -145,6 +146,7 @@ class Replayer:
         self.clock = clock or AsapClock()
         self.store = RecordedStore(spec.recorded_dir)
         self._lock = threading.Lock()
+        self._timeout = datetime.timedelta(seconds=spec.timeout_s)
         self._transports: dict[str, WideTagTransport] = {}
         self._transport_locks: dict[str, threading.Lock] = {}
         self._errors: list[BaseException] = []
@@ -205,49 +207,93 @@ class Replayer:
             self.num_steps += len(party.steps)
             self.traffic_bytes += sum(t.num_bytes for t in traffic.values())
 
+    def _op_played(self) -> None:
+        with self._lock:
+            self.num_ops += 1
+            if self.first_op_done_unix_s is None:
+                self.first_op_done_unix_s = time.time()
+
+    def _message_done(self, ch: Channel, node: Node, vrank: int, work, num_bytes: int, last: bool) -> None:
+        if not work.wait(self._timeout):
+            raise PrismError(f"message {ch.src}->{ch.dst} on group {ch.group_id} seq {node.seq}: "
+                             f"timed out after {self.spec.timeout_s}s")
+        if last:
+            self.clock.on_complete(vrank, node)
+        with self._lock:
+            self.num_steps += 1
+            self.traffic_bytes += num_bytes
+
+    def _post_message(self, ch: Channel, node: Node, part: int, rec, transport: WideTagTransport):
+        """A vrank's end of one message with a sandbox rank, posted once the clock releases the vrank:
+        the pruned party's one EXCHANGE step without its machinery (schedule, party, step driver).
+        Every message of a short-step pipeline crosses the replayer; its Python there per message,
+        under the one GIL of all its channels, delays the completions the vranks' clock anchors on
+        (docs/emulate.md, "The replayer's cost per message"). Returns (vrank, work, bytes)."""
+        src, dst = rec.root, rec.peer  # group ranks
+        tag = p2p_tag(node.seq, part, len(ch.members), src, dst)
+        if ch.src in self.sandbox:  # the vrank receives: the sandbox's message is consumed, not used
+            message = rec.inputs[src]
+            vrank = ch.members[dst]
+            buf = torch.empty(message.numel(), dtype=message.dtype)
+            self.clock.wait_until_issue(vrank, node)
+            return vrank, transport.recv(buf, src, dst, tag), buf.numel() * buf.element_size()
+        value = rec.outputs[dst].contiguous()  # what the sandbox rank received in the collected run
+        vrank = ch.members[src]
+        self.clock.wait_until_issue(vrank, node)
+        return vrank, transport.send(value, src, dst, tag), value.numel() * value.element_size()
+
     def _serve(self, ch: Channel) -> None:
         transport = self._transport(ch)
-        n = len(ch.members)
         # A vrank's sends are posted when it issues them, on this thread, and complete on their own
         # (isend): a helper waits for each, and the next send does not wait for the sandbox to
         # receive the previous one.
         detached = ThreadPoolExecutor(_MAX_SENDS_IN_FLIGHT, thread_name_prefix=f"prism-send-{ch.name}") \
             if ch.is_p2p and ch.src not in self.sandbox else None
-        in_flight: list[Future] = []
+        in_flight: deque[Future] = deque()
         for k, node in enumerate(ch.nodes):
-            self.store.prefetch(self._keys(ch, nxt, 0) for nxt in ch.nodes[k + 1 : k + 1 + _PREFETCH_OPS]
-                                if nxt.op is not CommOp.BARRIER)
-            parts = []
-            for part, rec in enumerate(self._records(ch, node)):
-                pruned = pruned_steps(rec)
-                hosted = neighbor_ranks(rec, pruned)
-                if hosted:
-                    parts.append((part, rec, pruned, hosted))
-            for k_part, (part, rec, pruned, hosted) in enumerate(parts):
-                last = k_part == len(parts) - 1  # the vranks' part of the op is done with its last part
-                party = NeighborParty(rec, hosted, pruned)  # everything but the transfers, before the vranks are due
-                base = p2p_tag_base(node.seq, part, n, rec.root) if ch.is_p2p else collective_tag_base(node.seq, part, n)
-                if detached is not None:
-                    in_flight = [f for f in in_flight if not f.done() or f.result()]
-                    while len(in_flight) >= _MAX_SENDS_IN_FLIGHT:  # the tag window of a stream
-                        in_flight.pop(0).result()
-                for v in sorted(hosted):
-                    self.clock.wait_until_issue(ch.members[v], node)
-                finish = start_party(party, transport, n, tag_base=base, timeout_s=self.spec.timeout_s)
-                if detached is None:
-                    self._played(ch, node, party, finish, last)
-                else:
-                    in_flight.append(detached.submit(self._played, ch, node, party, finish, last))
-            if not ch.is_p2p:
-                self.clock.collective_done(node)
-            with self._lock:
-                self.num_ops += 1
-                if self.first_op_done_unix_s is None:
-                    self.first_op_done_unix_s = time.time()
+            ahead = ch.nodes[k + 1 : k + 1 + _PREFETCH_OPS] if k == 0 else ch.nodes[k + _PREFETCH_OPS : k + 1 + _PREFETCH_OPS]
+            self.store.prefetch(self._keys(ch, nxt, 0) for nxt in ahead if nxt.op is not CommOp.BARRIER)
+            if ch.is_p2p:
+                self._serve_message(ch, node, transport, detached, in_flight)
+            else:
+                self._serve_collective(ch, node, transport)
+            self._op_played()
         if detached is not None:
             for f in in_flight:
                 f.result()
             detached.shutdown()
+
+    def _serve_message(self, ch: Channel, node: Node, transport: WideTagTransport,
+                       detached: ThreadPoolExecutor | None, in_flight: deque[Future]) -> None:
+        records = self._records(ch, node)
+        for part, rec in enumerate(records):
+            last = part == len(records) - 1
+            if detached is not None:  # a stream's sends complete in order
+                while in_flight and (in_flight[0].done() or len(in_flight) >= _MAX_SENDS_IN_FLIGHT):
+                    in_flight.popleft().result()  # the tag window of a stream; raises a send's error
+            vrank, work, num_bytes = self._post_message(ch, node, part, rec, transport)
+            if detached is None:
+                self._message_done(ch, node, vrank, work, num_bytes, last)
+            else:
+                in_flight.append(detached.submit(self._message_done, ch, node, vrank, work, num_bytes, last))
+
+    def _serve_collective(self, ch: Channel, node: Node, transport: WideTagTransport) -> None:
+        n = len(ch.members)
+        parts = []
+        for part, rec in enumerate(self._records(ch, node)):
+            pruned = pruned_steps(rec)
+            hosted = neighbor_ranks(rec, pruned)
+            if hosted:
+                parts.append((part, rec, pruned, hosted))
+        for k_part, (part, rec, pruned, hosted) in enumerate(parts):
+            last = k_part == len(parts) - 1  # the vranks' part of the op is done with its last part
+            party = NeighborParty(rec, hosted, pruned)  # everything but the transfers, before the vranks are due
+            for v in sorted(hosted):
+                self.clock.wait_until_issue(ch.members[v], node)
+            finish = start_party(party, transport, n, tag_base=collective_tag_base(node.seq, part, n),
+                                 timeout_s=self.spec.timeout_s)
+            self._played(ch, node, party, finish, last)
+        self.clock.collective_done(node)
 
     def _thread(self, ch: Channel) -> None:
         try:
