@@ -15,7 +15,10 @@ to completion) on every rank. It runs, per size, as
 
 Reported per (op, size): the median per-iteration time of the real run (over all ranks) and of
 each emulation (over its sandbox ranks), their ratio and difference (the overhead), and per
-emulation the replayer's CPU time per op it served (barriers included) — its cost per vrank op.
+emulation the replayer's CPU time per op it served (barriers included) — its cost per vrank op —
+and its channel threads' own CPU per op, message streams and collective channels apart
+(``replayer_message_cpu_us``, ``replayer_collective_cpu_us``: the Python each op costs the thread
+that serves it, under the replayer's one GIL).
 
     python bench/op_overhead.py                              # W=4, sizes 4 KiB .. 16 MiB
     python bench/op_overhead.py --world 8 --sizes 4096,1048576
@@ -114,9 +117,21 @@ def measure_size(world: int, size: int, sandboxes: list[tuple[int, ...]], work: 
                          "ratio": round(e / row["real_ms"], 3),
                          "emulated_cpu_ms": round(1e3 * statistics.median(emu[key + "/cpu"]), 4),
                          "replayer_cpu_us_per_op": round(1e6 * rep["cpu_s"] / max(1, rep["num_ops"]), 1),
-                         "replayer_ops": rep["num_ops"]}
+                         "replayer_ops": rep["num_ops"], **_channel_cpu(rep)}
         rows[key] = row
     return rows
+
+
+def _channel_cpu(rep: dict) -> dict:
+    """The replayer's channel threads' own CPU per op they served, message streams (``a->b``) and
+    collective channels apart (session 42; a send's helper thread is not counted)."""
+    out = {}
+    cpu, ops = rep.get("channel_cpu_s", {}), rep.get("channel_ops", {})
+    for kind, is_message in (("message", True), ("collective", False)):
+        names = [n for n in cpu if ("->" in n) == is_message]
+        if names and sum(ops.get(n, 0) for n in names):
+            out[f"replayer_{kind}_cpu_us"] = round(1e6 * sum(cpu[n] for n in names) / sum(ops.get(n, 0) for n in names), 1)
+    return out
 
 
 def main() -> int:
@@ -145,7 +160,9 @@ def main() -> int:
                 if row["bytes"] != size:
                     continue
                 cells = "  ".join(f"{k[8:]}: {v['emulated_ms']:8.3f} ms cpu {v['emulated_cpu_ms']:.3f} "
-                                  f"({v['overhead_ms']:+.3f}, replayer {v['replayer_cpu_us_per_op']:.0f} us/op)"
+                                  f"({v['overhead_ms']:+.3f}, replayer {v['replayer_cpu_us_per_op']:.0f} us/op"
+                                  + "".join(f", {k[9:-7]} thread {x:.0f} us" for k, x in v.items() if k.endswith("_cpu_us"))
+                                  + ")"
                                   for k, v in row.items() if k.startswith("sandbox_"))
                 print(f"{row['op']:15s} {size:>9d} B  real {row['real_ms']:8.3f} ms cpu {row['real_cpu_ms']:.3f}  {cells}",
                       flush=True)

@@ -155,6 +155,8 @@ class Replayer:
         self._num_ended = 0
         self.num_ops = 0
         self.num_steps = 0
+        self.channel_cpu_s: dict[str, float] = {}
+        """Each channel thread's own CPU time (its Python per op; a send's helper is not counted)."""
         self.traffic_bytes = 0
         self.first_op_done_unix_s: float | None = None
         self.device: DeviceServer | None = None
@@ -296,12 +298,14 @@ class Replayer:
         self.clock.collective_done(node)
 
     def _thread(self, ch: Channel) -> None:
+        cpu_start = time.thread_time()
         try:
             with profiled("replayer"):
                 self._thread_body(ch)
         finally:
             with self._lock:
                 self._num_ended += 1
+                self.channel_cpu_s[ch.name] = time.thread_time() - cpu_start
             self._changed.set()
 
     def _thread_body(self, ch: Channel) -> None:
@@ -380,6 +384,8 @@ class Replayer:
             "first_op_done_unix_s": self.first_op_done_unix_s,
             "wall_s": time.time() - start,
             "cpu_s": time.process_time() - cpu_start,  # all its threads: the cost of serving the ops
+            "channel_cpu_s": {name: round(v, 6) for name, v in sorted(self.channel_cpu_s.items())},
+            "channel_ops": {ch.name: len(ch.nodes) for ch in self.channels},
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         }
 

@@ -4,6 +4,7 @@ calibration slice stamps it when gloo finished it, so the timed graph holds the 
 the compute before the wait (docs/timing.md, "Messages the script waits for")."""
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,11 @@ from prism.core.whatif import SandboxChange
 from prism.graph.io import read_graph
 from prism.graph.records import NodeKind
 from prism.graph.simulate import estimate_transfers
+from prism.nccl_patches.recorded_store import derive_from_capture
 from prism.sandbox.recording import record_job
 from prism.vrank_replayer import EmulateOptions, capture_job, emulate
 from prism.vrank_replayer.calibrate_run import calibrate_run
+from prism.vrank_replayer.replayer import replayer_result_path
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -62,3 +65,28 @@ def test_every_send_whose_values_changed_is_flagged_diverged(tmp_path, steps, nu
     flagged = emulate(run, EmulateOptions(ranks=(0,), timeout_s=240, change=change, eager_completion=eager)).ranks[0].diverged_ops
     assert len(set(flagged)) == len(flagged) == 2 * steps, flagged  # every step's two sends
     assert all(op.startswith("send ") for op in flagged), flagged
+
+
+def test_the_replayer_plays_each_message_once_and_reports_its_streams_cpu(tmp_path):
+    # Each message between a vrank and a sandbox rank is one send or one receive that the replayer
+    # posts directly (no pruned party): rank 0 sandbox, vrank 1 receives; rank 1 sandbox, vrank 0
+    # sends (through its helpers). Either way the stream serves every message of the recording once,
+    # counts its bytes, and reports its channel thread's CPU.
+    job = load_job(str(JOB))
+    run = tmp_path / "run"
+    record_job(job, run)
+    capture = capture_job(job, run, derive_for=(0,), timeout_s=240)
+    derive_from_capture(run, capture, (1,))
+    graph = read_graph(run / "graph" / "real")
+    sends = [n for n in graph.nodes[0] if n.kind is NodeKind.SEND]
+    assert len(sends) == 8  # 4 steps, an early and a blocking message each
+    for sandbox in ((0,), (1,)):
+        result = emulate(run, EmulateOptions(ranks=sandbox, timeout_s=240, memory="untracked"))
+        assert result.ranks[sandbox[0]].diverged_ops == ()
+        rep = json.loads(replayer_result_path(result.out_dir, 0).read_text())
+        streams = [name for name in rep["channel_ops"] if "->" in name]
+        assert len(streams) == 1 and streams[0].endswith(":0->1"), rep["channel_ops"]
+        assert rep["channel_ops"][streams[0]] == len(sends)
+        assert rep["channel_cpu_s"][streams[0]] > 0
+        barrier_bytes = rep["traffic_bytes"] - sum(n.size_bytes for n in sends)
+        assert 0 <= barrier_bytes < 64, (rep["traffic_bytes"], [n.size_bytes for n in sends])
