@@ -2,10 +2,11 @@
 that involves a sandbox rank (``python -m prism.vrank_replayer.main --spec SPEC.json``).
 
 One thread per channel (:mod:`.plan`) walks its ops in order: take the op's recorded data (loaded
-in the background ahead of time), build the neighbor party of the vranks the pruned schedule
-needs, ask the clock when they issue, then run the party's steps over the group's transport
-(what :func:`~prism.nccl_patches.run_neighbor_side` does). A vrank's message to a sandbox rank
-leaves from that thread the moment the clock releases it; a helper waits for its completion.
+in the background ahead of time); for a collective, build the neighbor party of the vranks the
+pruned schedule needs, ask the clock when they issue, then run the party's steps over the group's
+transport (what :func:`~prism.nccl_patches.run_neighbor_side` does); for a message, ask the clock
+and post the vrank's one send or receive. A vrank's message to a sandbox rank leaves from that
+thread the moment the clock releases it; a helper waits for its completion.
 Pruned vranks cost nothing: no thread, no buffer, no connection. On success
 ``<out>/replayer-<i>.json`` holds the figures; on failure the traceback goes to the error file
 the supervisor reads.
@@ -40,6 +41,7 @@ from prism.core.workerspec import error_path
 from prism.graph.io import read_graph
 from prism.graph.records import CommOp, Node
 from prism.nccl_patches import neighbor_ranks, pruned_steps
+from prism.nccl_patches.compensation import RecordedCollective
 from prism.nccl_patches.parties import NeighborParty
 from prism.nccl_patches.pruned import start_party
 from prism.nccl_patches.recorded_store import RecordedStore, collective_key, p2p_key
@@ -225,7 +227,8 @@ class Replayer:
             self.num_steps += 1
             self.traffic_bytes += num_bytes
 
-    def _post_message(self, ch: Channel, node: Node, part: int, rec, transport: WideTagTransport):
+    def _post_message(self, ch: Channel, node: Node, part: int, rec: RecordedCollective,
+                      transport: WideTagTransport) -> tuple[int, dist.Work, int]:
         """A vrank's end of one message with a sandbox rank, posted once the clock releases the vrank:
         the pruned party's one EXCHANGE step without its machinery (schedule, party, step driver).
         Every message of a short-step pipeline crosses the replayer; its Python there per message,
