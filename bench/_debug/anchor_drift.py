@@ -7,7 +7,8 @@ default size on 16 cores: +1.5 … +6.6 ms per step, its whole excess). Per emul
 
 * each vrank's offset at the end of each measured step, relative to the first measured step;
 * per kind of anchoring op (a message with a sandbox rank, a collective), the offset's increases
-  and net change per step (summed over the vranks), and for a message the replayer's **notice
+  and net change per step (summed over the vranks), the six groups whose ops moved it most, and for
+  a message the replayer's **notice
   delay**: for a vrank's receive, its completion stamp minus max(the sandbox's send post, the
   vrank's receive post); for a vrank's send, its completion stamp minus the end of the sandbox's
   wait for that receive (both on the host's ``perf_counter_ns`` clock, through
@@ -70,6 +71,7 @@ def main() -> None:
         posts, recv_ends = _sandbox_stamps(emu)
         at_step_end: dict[int, dict[int, int]] = collections.defaultdict(dict)
         by_kind = collections.defaultdict(lambda: {"n": 0, "up": 0, "net": 0, "delay": [], "saved": 0})
+        by_group: dict[tuple, list[int]] = collections.defaultdict(lambda: [0, 0])  # (kind, op, group) -> n, net
         last: dict[int, int] = {}
         for v, i, kind, offset in events:
             if kind != "anchor":
@@ -83,6 +85,9 @@ def main() -> None:
                     delay = st["complete"] - max(posts[(v, op_key(node))], st.get("issue", 0)) - _TRANSFER_NS
                 elif "complete" in st and node.kind is NodeKind.SEND and (v, op_key(node)) in recv_ends:
                     delay = st["complete"] - recv_ends[(v, op_key(node))]
+                g = by_group[(node.kind.name, node.op.value, node.group_id, len(timed.groups[node.group_id].ranks))]
+                g[0] += 1
+                g[1] += change
                 b = by_kind[node.kind.name if delay is not None else f"{node.kind.name} (no delay read)"]
                 b["n"] += 1
                 b["net"] += change
@@ -109,6 +114,8 @@ def main() -> None:
                          f"{sorted(b['delay'])[9 * len(b['delay']) // 10] / 1e3:.0f} us; saved with true stamps "
                          f"<= {b['saved'] / 1e6 / n:.2f} ms")
             print(line)
+        for (kind, op, group, size), (count, net) in sorted(by_group.items(), key=lambda kv: -kv[1][1])[:6]:
+            print(f"    {op} on group {group} ({size} ranks): {count} anchors, net {net / 1e6 / n:+.2f} ms per step")
 
 
 if __name__ == "__main__":
