@@ -71,7 +71,7 @@ def main() -> None:
         posts, recv_ends = _sandbox_stamps(emu)
         at_step_end: dict[int, dict[int, int]] = collections.defaultdict(dict)
         by_kind = collections.defaultdict(lambda: {"n": 0, "up": 0, "net": 0, "delay": [], "saved": 0})
-        by_group: dict[tuple, list[int]] = collections.defaultdict(lambda: [0, 0])  # (kind, op, group) -> n, net
+        by_group: dict[tuple, list[int]] = collections.defaultdict(lambda: [0, 0])  # (kind, op, group, its size) -> anchors, net change
         last: dict[int, int] = {}
         for v, i, kind, offset in events:
             if kind != "anchor":
