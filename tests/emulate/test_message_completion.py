@@ -1,7 +1,8 @@
 """A message posted early and waited for after compute (tests/assets/jobs/late_wait2): ``prism
 record`` stamps its completion at the script's wait, as a plain gloo run's wait completes it, but a
 calibration slice stamps it when gloo finished it, so the timed graph holds the transfer and not
-the compute before the wait (docs/timing.md, "Messages the script waits for")."""
+the compute before the wait (docs/timing.md, "Messages the script waits for"). The replayer plays
+each message's vrank end as one send or receive and reports what it cost its thread."""
 
 import dataclasses
 import json
