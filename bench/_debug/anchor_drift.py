@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import collections
 import glob
-import json
 import pickle
 import statistics
 import sys
@@ -34,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from prism.graph.io import read_graph  # noqa: E402
 from prism.graph.livesim import op_key  # noqa: E402
 from prism.graph.records import NodeKind  # noqa: E402
+from prism.vrank_replayer.replayer import clock_events  # noqa: E402
 
 _TRANSFER_NS = 40_000  # a small message's transfer on the real backend (real runs' receive waits)
 
@@ -61,7 +61,7 @@ def main() -> None:
     a = p.parse_args()
     timed = read_graph(a.run / "graph" / "timed")
     for emu in sorted(Path(d) for d in glob.glob(str(a.run / "emulations" / "*"))):
-        events = [e for f in sorted(emu.glob("replayer-*.clock.json")) for e in json.loads(f.read_text())]
+        events = clock_events(emu)
         if not events:
             continue
         stamps: dict[tuple[int, int], dict[str, int]] = collections.defaultdict(dict)

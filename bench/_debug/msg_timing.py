@@ -18,7 +18,6 @@ measured steps, per emulation, in µs:
 from __future__ import annotations
 
 import glob
-import json
 import pickle
 import statistics
 import sys
@@ -29,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from prism.graph.io import read_graph  # noqa: E402
 from prism.graph.livesim import op_key  # noqa: E402
 from prism.graph.records import NodeKind  # noqa: E402
+from prism.vrank_replayer.replayer import clock_events  # noqa: E402
 from wait_kinds import parse_args, real_graphs  # noqa: E402  (this script's folder)
 
 
@@ -65,10 +65,9 @@ def main() -> None:
             rec = pickle.load(f)
         origin = rec.clock_origin_ns
         events: dict[tuple, dict[str, int]] = {}
-        for cj in glob.glob(str(d / "replayer-*.clock.json")):
-            for vrank, index, kind, ns in json.loads(Path(cj).read_text()):
-                if kind in ("issue", "complete"):
-                    events.setdefault((vrank, op_key(timed.nodes[vrank][index])), {})[kind] = ns
+        for vrank, index, kind, ns in clock_events(d):
+            if kind in ("issue", "complete"):
+                events.setdefault((vrank, op_key(timed.nodes[vrank][index])), {})[kind] = ns
         by_index = {n.index: n for n in rec.nodes}
         send = {"wait": [], "issue": [], "done": [], "early": []}
         recv = {"wait": [], "issue": [], "deliver": [], "post": [], "done": []}

@@ -273,10 +273,6 @@ class TimedClock:
         docstring); its paced ops all come before that anchor, in program order."""
         return self.paced_steps > 0 and vrank not in self._measured_anchor
 
-    def announce(self, vrank: int, node: Node) -> None:
-        with self._lock:
-            self._announced.add((vrank, self._op(vrank, node).index))
-
     def complete_at(self, vrank: int, node: Node, real_ns: float) -> None:
         """Record that ``vrank``'s part of ``node`` completed at real time ``real_ns``."""
         self._complete_at(vrank, self._op(vrank, node), real_ns)

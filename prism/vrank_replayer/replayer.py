@@ -19,6 +19,7 @@ import dataclasses
 import datetime
 import json
 import logging
+import math
 import os
 import resource
 import sys
@@ -41,7 +42,6 @@ from prism.core.workerspec import error_path
 from prism.graph.io import read_graph
 from prism.graph.records import CommOp, Node
 from prism.nccl_patches import neighbor_ranks, pruned_steps
-from prism.nccl_patches.compensation import RecordedCollective
 from prism.nccl_patches.parties import NeighborParty
 from prism.nccl_patches.pruned import start_party
 from prism.nccl_patches.recorded_store import RecordedStore, collective_key, p2p_key
@@ -58,7 +58,7 @@ from .clock import AsapClock, Clock, CoSimClock, TimedClock, op_key
 from .device_serve import DeviceServer, lanes_of_replayer
 from .plan import Channel, plan_channels
 
-__all__ = ["ReplayerSpec", "Replayer", "clock_events_path", "cosim_timeline_path", "replayer_result_path", "REPLAYER_MODULE"]
+__all__ = ["ReplayerSpec", "Replayer", "clock_events", "clock_events_path", "cosim_timeline_path", "replayer_result_path", "REPLAYER_MODULE"]
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +211,10 @@ class Replayer:
             self.num_steps += len(party.steps)
             self.traffic_bytes += sum(t.num_bytes for t in traffic.values())
 
+    def _reads_records(self, ch: Channel) -> bool:
+        """Whether the channel's ops need recorded data: all but a stream a sandbox rank sends on."""
+        return not (ch.is_p2p and ch.src in self.sandbox)
+
     def _op_played(self) -> None:
         with self._lock:
             self.num_ops += 1
@@ -227,25 +231,22 @@ class Replayer:
             self.num_steps += 1
             self.traffic_bytes += num_bytes
 
-    def _post_message(self, ch: Channel, node: Node, part: int, rec: RecordedCollective,
-                      transport: WideTagTransport) -> tuple[int, dist.Work, int]:
-        """A vrank's end of one message with a sandbox rank, posted once the clock releases the vrank:
-        the pruned party's one EXCHANGE step without its machinery (schedule, party, step driver).
-        Every message of a short-step pipeline crosses the replayer; its Python there per message,
-        under the one GIL of all its channels, delays the completions the vranks' clock anchors on
-        (docs/emulate.md, "The replayer's cost per message"). Returns (vrank, work, bytes)."""
-        src, dst = rec.root, rec.peer  # group ranks
+    def _post_message(self, ch: Channel, node: Node, part: int, tensor: torch.Tensor,
+                      transport: WideTagTransport) -> dist.Work:
+        """A vrank's end of one message with a sandbox rank (one record part: one tensor), posted once
+        the clock releases the vrank: the pruned party's one EXCHANGE step without its machinery
+        (schedule, party, step driver). Every message of a short-step pipeline crosses the replayer;
+        its Python there per message, under the one GIL of all its channels, delays the completions
+        the vranks' clock anchors on (docs/emulate.md, "The replayer's cost per message"). A vrank's
+        receive reads no recorded data: the sandbox's message is consumed, not used, so its buffer
+        is sized from the graph. ``tensor``: what the vrank sends, or where it receives."""
+        src, dst = ch.members.index(ch.src), ch.members.index(ch.dst)  # group ranks
         tag = p2p_tag(node.seq, part, len(ch.members), src, dst)
-        if ch.src in self.sandbox:  # the vrank receives: the sandbox's message is consumed, not used
-            message = rec.inputs[src]
-            vrank = ch.members[dst]
-            buf = torch.empty(message.numel(), dtype=message.dtype)
-            self.clock.wait_until_issue(vrank, node)
-            return vrank, transport.recv(buf, src, dst, tag), buf.numel() * buf.element_size()
-        value = rec.outputs[dst].contiguous()  # what the sandbox rank received in the collected run
-        vrank = ch.members[src]
-        self.clock.wait_until_issue(vrank, node)
-        return vrank, transport.send(value, src, dst, tag), value.numel() * value.element_size()
+        if ch.src in self.sandbox:
+            self.clock.wait_until_issue(ch.dst, node)
+            return transport.recv(tensor, src, dst, tag)
+        self.clock.wait_until_issue(ch.src, node)
+        return transport.send(tensor, src, dst, tag)
 
     def _serve(self, ch: Channel) -> None:
         transport = self._transport(ch)
@@ -256,8 +257,9 @@ class Replayer:
             if ch.is_p2p and ch.src not in self.sandbox else None
         in_flight: deque[Future] = deque()
         for k, node in enumerate(ch.nodes):
-            ahead = ch.nodes[k + 1 : k + 1 + _PREFETCH_OPS] if k == 0 else ch.nodes[k + _PREFETCH_OPS : k + 1 + _PREFETCH_OPS]
-            self.store.prefetch(self._keys(ch, nxt, 0) for nxt in ahead if nxt.op is not CommOp.BARRIER)
+            if self._reads_records(ch):
+                ahead = ch.nodes[k + 1 : k + 1 + _PREFETCH_OPS] if k == 0 else ch.nodes[k + _PREFETCH_OPS : k + 1 + _PREFETCH_OPS]
+                self.store.prefetch(self._keys(ch, nxt, 0) for nxt in ahead if nxt.op is not CommOp.BARRIER)
             if ch.is_p2p:
                 self._serve_message(ch, node, transport, detached, in_flight)
             else:
@@ -270,13 +272,20 @@ class Replayer:
 
     def _serve_message(self, ch: Channel, node: Node, transport: WideTagTransport,
                        detached: ThreadPoolExecutor | None, in_flight: deque[Future]) -> None:
-        records = self._records(ch, node)
-        for part, rec in enumerate(records):
-            last = part == len(records) - 1
+        # Built before the vrank is due: its receive buffers (gloo moves bytes), or what it sends
+        # (what the sandbox rank received in the collected run).
+        if ch.src in self.sandbox:
+            vrank, tensors = ch.dst, [torch.empty(b, dtype=torch.uint8) for b in _message_part_bytes(node)]
+        else:
+            dst = ch.members.index(ch.dst)
+            vrank, tensors = ch.src, [rec.outputs[dst].contiguous() for rec in self._records(ch, node)]
+        for part, tensor in enumerate(tensors):
+            last = part == len(tensors) - 1
             if detached is not None:  # a stream's sends complete in order
                 while in_flight and (in_flight[0].done() or len(in_flight) >= _MAX_SENDS_IN_FLIGHT):
                     in_flight.popleft().result()  # the tag window of a stream; raises a send's error
-            vrank, work, num_bytes = self._post_message(ch, node, part, rec, transport)
+            work = self._post_message(ch, node, part, tensor, transport)
+            num_bytes = tensor.numel() * tensor.element_size()
             if detached is None:
                 self._message_done(ch, node, vrank, work, num_bytes, last)
             else:
@@ -329,7 +338,7 @@ class Replayer:
     def _preload(self) -> None:
         """Load the records of every op served, in the order they are due (within the store's budget)."""
         due = []
-        for ch in self.channels:
+        for ch in filter(self._reads_records, self.channels):
             by_seq: dict[int, list[str]] = {}
             for key in self.store.keys_under(self._keys(ch, ch.nodes[0], 0).rsplit("/", 2)[0] + "/"):
                 by_seq.setdefault(int(key.rsplit("/", 2)[1]), []).append(key)
@@ -417,6 +426,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _message_part_bytes(node: Node) -> list[int]:
+    """The bytes of each tensor (each record part) of the message ``node``, from its graph node."""
+    numels = [math.prod(shape) for shape in node.shapes]
+    total = sum(numels)
+    return [node.size_bytes * k // total if total else 0 for k in numels]
+
+
 def clock_events_path(out_dir: str | Path, index: int) -> Path:
     return Path(out_dir) / f"replayer-{index:03d}.clock.json"
+
+
+def clock_events(out_dir: str | Path) -> list[tuple[int, int, str, int]]:
+    """Every replayer's clock events of an emulation, ``(vrank, op index, kind, ns)``, in the order
+    each replayer logged them (``issue`` / ``complete``: perf_counter_ns; ``anchor``: the offset)."""
+    return [tuple(e) for f in sorted(Path(out_dir).glob("replayer-*.clock.json")) for e in json.loads(f.read_text())]
 
