@@ -218,6 +218,9 @@ class TimedClock:
         # One condition per vrank: a completion re-anchors only its own vrank, so only the threads
         # waiting to issue that vrank's ops wake up (not every channel thread of the replayer).
         self._conds = {v: threading.Condition(self._lock) for v in wanted}
+        self._group_vranks = {gid: tuple(v for v in info.ranks if v in self._conds) for gid, info in timed.groups.items()}
+        self.idle_wakeups = 0
+        """Times a thread waiting to issue a vrank's op woke up (notified or timed out) and waited again."""
         self.events: list[tuple[int, int, str, int]] = []
         """(vrank, op index, ``issue`` | ``complete``, perf_counter_ns) of the ops played for real, and
         (vrank, op index, ``anchor``, the new offset in ns) at each re-anchoring."""
@@ -307,8 +310,11 @@ class TimedClock:
         per member of the group."""
         with self._lock:
             self._done_keys.add(op_key(node))
-            for cond in self._conds.values():
-                cond.notify_all()
+            # Only the group's vranks wait for it (a vrank's blockers are its own ops). Waking every
+            # channel thread at each collective had them take the GIL in turn just when another
+            # channel's op was in flight (docs/emulate.md, "Waking only the group's vranks").
+            for v in self._group_vranks.get(node.group_id, tuple(self._conds)):
+                self._conds[v].notify_all()
 
     def transfer_ns(self, node: Node) -> int | None:
         with self._lock:
@@ -322,6 +328,7 @@ class TimedClock:
         op = self._op(vrank, node)  # once per op: the replayer's Python per message counts (docs/emulate.md)
         deadline = time.monotonic() + self.timeout_s
         cond = self._conds[vrank]
+        waits = 0
         with cond:
             self._announced.add((vrank, op.index))
             while True:
@@ -329,13 +336,16 @@ class TimedClock:
                     raise GraphError(f"vrank {vrank}: waited {self.timeout_s:.0f} s to issue {node.kind.value} "
                                      f"g{node.group_id}:{node.seq}; still due: ops {self._blocked_on(vrank, op)}")
                 if op.blockers and self._blocked_on(vrank, op):
+                    waits += 1
                     cond.wait(timeout=1.0)
                     continue
                 now = time.perf_counter_ns()
                 wake_ns = self._issue_at_ns(vrank, op) - self._lead_ns
                 if now >= wake_ns:
                     self.events.append((vrank, op.index, "issue", now))
+                    self.idle_wakeups += max(0, waits - 1)
                     return
+                waits += 1
                 timeout_s = min((wake_ns - now) / 1e9, 1.0)
                 if not cond.wait(timeout=timeout_s):  # timed out: how late did this thread wake up?
                     self._woke_late(time.perf_counter_ns() - now - timeout_s * 1e9)

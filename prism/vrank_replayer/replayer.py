@@ -398,6 +398,7 @@ class Replayer:
             "cpu_s": time.process_time() - cpu_start,  # all its threads: the cost of serving the ops
             "channel_cpu_s": {name: round(v, 6) for name, v in sorted(self.channel_cpu_s.items())},
             "channel_ops": {ch.name: len(ch.nodes) for ch in self.channels},
+            "clock_idle_wakeups": getattr(self.clock, "idle_wakeups", 0),
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         }
 

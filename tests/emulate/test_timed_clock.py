@@ -2,6 +2,7 @@
 real times at which its exchanges with the sandbox completed (pure arithmetic, then real time)."""
 
 import math
+import threading
 import time
 
 import pytest
@@ -199,3 +200,43 @@ def test_only_served_collectives_are_sure():
     dp_only = {op_key(g.nodes[3][0])}  # another replayer serves the tp group
     clock = TimedClock(g, sandbox={2, 3}, served=dp_only, vranks=[0, 1], collectives_told=True)
     assert clock.blocked_on(0, g.nodes[3][0]) == []
+
+
+# Vrank 0 all-reduces with sandbox 2 (group 0), vrank 1 with sandbox 3 (group 1), twice, 300 ms
+# apart. Each group's ops are served by its own channel thread of the replayer.
+PAIRS = """
+graph world_size=4 kind=timed
+group 0 ranks=0,2 desc=tp
+group 1 ranks=1,3 desc=tp
+r0#0 COLL all_reduce g0:0 16B f32[4] step=0 t=0+100
+r0#1 MARK step_end step=0 t=500+0
+r1#0 COLL all_reduce g1:0 16B f32[4] step=0 t=0+100
+r1#1 COMP step=0 t=100+300
+r1#2 COLL all_reduce g1:1 16B f32[4] step=0 t=400+100
+r1#3 MARK step_end step=0 t=500+0
+r2#0 COLL all_reduce g0:0 16B f32[4] step=0 t=0+100
+r2#1 MARK step_end step=0 t=500+0
+r3#0 COLL all_reduce g1:0 16B f32[4] step=0 t=0+100
+r3#1 COMP step=0 t=100+300
+r3#2 COLL all_reduce g1:1 16B f32[4] step=0 t=400+100
+r3#3 MARK step_end step=0 t=500+0
+"""
+
+
+@pytest.mark.parametrize("done_group, woken", [(0, False), (1, True)])
+def test_a_finished_collective_wakes_only_the_threads_of_its_groups_vranks(done_group, woken):
+    # The replayer's channel threads share one GIL: a thread woken for nothing takes it from a
+    # channel whose vrank is answering the sandbox at that moment.
+    g = parse_graph("\n".join(_scale(line, 1_000_000) for line in PAIRS.strip().splitlines()))
+    clock = TimedClock(g, sandbox={2, 3}, collectives_told=True)
+    first, second = g.nodes[3][0], g.nodes[3][2]
+    clock.on_complete(1, first)  # vrank 1's second all-reduce is due 300 ms from now
+    waiter = threading.Thread(target=clock.wait_until_issue, args=(1, second))
+    waiter.start()
+    time.sleep(0.05)
+    for _ in range(5):
+        clock.collective_done(g.nodes[2 + done_group][0])
+        time.sleep(0.01)
+    waiter.join(timeout=5)
+    assert not waiter.is_alive()
+    assert (clock.idle_wakeups > 0) is woken
