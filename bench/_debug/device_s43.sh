@@ -14,20 +14,22 @@ left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 P=/tmp/probed
 rm -rf $P && mkdir -p $P && tar -C $ROOT --exclude=./.git --exclude=./bench/results --exclude=./_base -cf - . | tar -C $P -xf -
 python bench/_debug/hop_probe/apply.py $P || exit 1
-prism() { PYTHONPATH=$1 python -c "import sys; from prism.cli.main import main; sys.exit(main())" "${@:2}"; }
+# From /tmp: `python -c` puts the working directory first on sys.path, and the checkout's prism/ would
+# shadow the probed copy in PYTHONPATH (the workers import the launcher's prism).
+prism() { (cd /tmp && PYTHONPATH=$1 python -c "import sys; from prism.cli.main import main; sys.exit(main())" "${@:2}"); }
 declare -A YAML=([tp-sleep]=examples/tp/job-sleep.yaml [hybrid-sleep]=examples/hybrid/job-sleep.yaml)
 declare -A TP=([tp-sleep]="4 5" [hybrid-sleep]="10 11")
 for job in ${JOBS:-tp-sleep hybrid-sleep}; do
   L=$(left); [ $L -lt 120 ] && { echo "skip $job: ${L}s left"; continue; }
   R=/tmp/s43/$job; rm -rf $R; mkdir -p /tmp/s43
-  prism $ROOT record --job ${YAML[$job]} --out $R > /tmp/s43/$job.rec.log 2>&1 || { tail -20 /tmp/s43/$job.rec.log; continue; }
+  prism $ROOT record --job $ROOT/${YAML[$job]} --out $R > /tmp/s43/$job.rec.log 2>&1 || { tail -20 /tmp/s43/$job.rec.log; continue; }
   prism $ROOT calibrate $R --slice-size 4 --repeats 3 > /tmp/s43/$job.cal.log 2>&1 || { tail -20 /tmp/s43/$job.cal.log; continue; }
   echo "== $job t=$(( $(date +%s)-T0 ))"; grep -E "iteration time" /tmp/s43/$job.cal.log
   for i in $(seq 1 ${ROUNDS:-2}); do
     for n in 1 ${REPL:-4}; do
       L=$(left); [ $L -lt 40 ] && { echo "skip $job r$n $i: ${L}s left"; continue; }
       pd=$R/probe_r${n}_$i; mkdir -p $pd
-      PRISM_PAIR_PROBE=$pd timeout $(( L - 10 )) bash -c "$(declare -f prism); prism $P emulate run $R --ranks 2,5 --device-path host --replayers $n --json" > $pd/report.json 2> $pd/err.log
+      PRISM_PAIR_PROBE=$pd timeout $(( L - 10 )) bash -c "$(declare -f prism); prism $P emulate $R --ranks 2,5 --device-path host --replayers $n --json" > $pd/report.json 2> $pd/err.log
       d=$(ls -td $R/emulations/* | head -1)
       python - "$pd/report.json" "$d" "r$n $i" <<'PY'
 import glob, json, sys

@@ -1,7 +1,9 @@
 """Median time of each hop after the script issued a collective of group GID (the first such mark
 after each issue), from a probe directory (``apply.py``): the sandbox rank's process file (the one
 with ``issue ... gGID`` marks) and the replayer files beside it, merged on ``perf_counter_ns``.
-With a memory pass, the timed emulation's files are the later ones (pid order).
+With a memory pass, the timed emulation's files are the later ones (pid order). A vrank released
+before the script's issue shows no ``V released`` / ``V start`` / ``V posted`` of its own: the
+first one after the issue is then the next op's.
 
     python bench/_debug/hop_probe/hops.py DIR GID [--op all_reduce]
 """
@@ -20,7 +22,7 @@ def main() -> None:
     a = p.parse_args()
     issue = f"issue {a.op} g{a.gid}"
     files = sorted(a.dir.glob("*.txt"), key=lambda f: int(f.stem))
-    events, issues = [], []
+    events, issues, sandbox = [], [], []
     for f in files:
         lines = [line.split(maxsplit=2) for line in f.read_text().splitlines()]
         if any(name == issue for _, _, name in lines):
@@ -29,6 +31,8 @@ def main() -> None:
     for f in files:
         lines = [line.split(maxsplit=2) for line in f.read_text().splitlines()]
         events += [(int(t), th, name) for t, th, name in lines if th == f"prism-replay-{a.gid}"]
+    if not issues:
+        raise SystemExit(f"{a.dir}: no '{issue}' mark")
     events = sorted(events + [e for e in sandbox if e[1] in ("MainThread", f"prism-live-c-{a.gid}")])
     hops = defaultdict(list)
     for t0 in issues:
