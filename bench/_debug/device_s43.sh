@@ -1,44 +1,56 @@
 #!/bin/bash
-# Session 43 (16 cores): where a 2-rank all-reduce with a vrank partner spends its time, and whether
-# one replayer per group helps. Per job in JOBS: one `prism record` and one `prism calibrate
-# --repeats 3`, then ROUNDS alternated emulations with 1 and with REPL replayers (W=8, sandbox {2,5},
-# host path) on a copy of the tree patched with the hop probe (bench/_debug/hop_probe/apply.py):
-# each emulation's step time against its prediction, the replayers' idle clock wake-ups, the hop
-# medians of both TP groups (hops.py), then bench/_debug/pair_timing.py on the run (real run,
-# takes, every emulation). The run directory without payloads is packed into $OUT.
-# Usage (device tool):  JOBS="tp-sleep hybrid-sleep" ROUNDS=2 REPL=4 LIMIT_S=575 bash bench/_debug/device_s43.sh
+# Session 43 (16 cores): where a 2-rank all-reduce with a vrank partner spends its time (tp-sleep:
+# 1.2-1.4 ms after the later issue emulated, 0.4-0.6 in the real runs and the takes), on copies of
+# the tree patched with the hop probe (bench/_debug/hop_probe/apply.py). Per job in JOBS: one
+# `prism record` and one `prism calibrate --repeats 3`, then ROUNDS rounds of alternated emulations
+# (W=8, sandbox {2,5}, host path), one per variant in VARIANTS:
+#   r1   one replayer (the default);
+#   rN   N replayers (tp's and hybrid's two TP groups in separate processes from N=4);
+#   sw   one replayer, the sandbox ranks' GIL switch interval 200 us instead of 5 ms (the script's
+#        thread runs Python between its issue and its wait while the op's channel thread waits for
+#        the GIL; a sed-patched copy of prism/sandbox/worker.py).
+# Each: step time against its prediction, the replayers' idle clock wake-ups, the hop medians of
+# both TP groups (hops.py); then bench/_debug/pair_timing.py on the run (real run, takes, every
+# emulation). The run directory without payloads is packed into $OUT.
+# Usage (device tool):  JOBS="tp-sleep" VARIANTS="r1 r4 sw" ROUNDS=2 LIMIT_S=575 bash bench/_debug/device_s43.sh
 ROOT=$PWD
 T0=$(date +%s)
 LIMIT=${LIMIT_S:-575}
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 P=/tmp/probed
-rm -rf $P && mkdir -p $P && tar -C $ROOT --exclude=./.git --exclude=./bench/results --exclude=./_base -cf - . | tar -C $P -xf -
+rm -rf $P $P-sw && mkdir -p $P && tar -C $ROOT --exclude=./.git --exclude=./bench/results --exclude=./_base -cf - . | tar -C $P -xf -
 python bench/_debug/hop_probe/apply.py $P || exit 1
+cp -r $P $P-sw
+sed -i 's/^    os.environ.update(spec.env)$/    os.environ.update(spec.env)\n    sys.setswitchinterval(2e-4)/' $P-sw/prism/sandbox/worker.py
+grep -q "^import sys" $P-sw/prism/sandbox/worker.py || sed -i '0,/^import /s//import sys\nimport /' $P-sw/prism/sandbox/worker.py
+grep -n "setswitchinterval" $P-sw/prism/sandbox/worker.py
 # From /tmp: `python -c` puts the working directory first on sys.path, and the checkout's prism/ would
 # shadow the probed copy in PYTHONPATH (the workers import the launcher's prism).
 prism() { (cd /tmp && PYTHONPATH=$1 python -c "import sys; from prism.cli.main import main; sys.exit(main())" "${@:2}"); }
 declare -A YAML=([tp-sleep]=examples/tp/job-sleep.yaml [hybrid-sleep]=examples/hybrid/job-sleep.yaml)
 declare -A TP=([tp-sleep]="4 5" [hybrid-sleep]="10 11")
-for job in ${JOBS:-tp-sleep hybrid-sleep}; do
+for job in ${JOBS:-tp-sleep}; do
   L=$(left); [ $L -lt 120 ] && { echo "skip $job: ${L}s left"; continue; }
   R=/tmp/s43/$job; rm -rf $R; mkdir -p /tmp/s43
   prism $ROOT record --job $ROOT/${YAML[$job]} --out $R > /tmp/s43/$job.rec.log 2>&1 || { tail -20 /tmp/s43/$job.rec.log; continue; }
   prism $ROOT calibrate $R --slice-size 4 --repeats 3 > /tmp/s43/$job.cal.log 2>&1 || { tail -20 /tmp/s43/$job.cal.log; continue; }
   echo "== $job t=$(( $(date +%s)-T0 ))"; grep -E "iteration time" /tmp/s43/$job.cal.log
   for i in $(seq 1 ${ROUNDS:-2}); do
-    for n in 1 ${REPL:-4}; do
-      L=$(left); [ $L -lt 40 ] && { echo "skip $job r$n $i: ${L}s left"; continue; }
-      pd=$R/probe_r${n}_$i; mkdir -p $pd
-      PRISM_PAIR_PROBE=$pd timeout $(( L - 10 )) bash -c "$(declare -f prism); prism $P emulate $R --ranks 2,5 --device-path host --replayers $n --json" > $pd/report.json 2> $pd/err.log
+    for v in ${VARIANTS:-r1 r4 sw}; do
+      L=$(left); [ $L -lt 40 ] && { echo "skip $job $v $i: ${L}s left"; continue; }
+      tree=$P; n=1
+      case $v in sw) tree=$P-sw ;; r*) n=${v#r} ;; esac
+      pd=$R/probe_${v}_$i; mkdir -p $pd
+      PRISM_PAIR_PROBE=$pd timeout $(( L - 10 )) bash -c "$(declare -f prism); prism $tree emulate $R --ranks 2,5 --device-path host --replayers $n --json" > $pd/report.json 2> $pd/err.log
       d=$(ls -td $R/emulations/* | head -1)
-      python - "$pd/report.json" "$d" "r$n $i" <<'PY'
+      python - "$pd/report.json" "$d" "$v $i" <<'PY'
 import glob, json, sys
 rep, d, name = sys.argv[1:]
 r = json.load(open(rep))
 w = [json.load(open(f)).get("clock_idle_wakeups") for f in sorted(glob.glob(f"{d}/replayer-[0-9][0-9][0-9].json"))]
 print(name, d.rsplit("/", 1)[-1], {k: (round(v["mean_ms"], 2), round(v["predicted_mean_ms"], 2)) for k, v in r["ranks"].items()}, "idle wake-ups", w)
 PY
-      for g in ${TP[$job]}; do python bench/_debug/hop_probe/hops.py $pd $g | head -24; done
+      for g in ${TP[$job]}; do python bench/_debug/hop_probe/hops.py $pd $g | head -26; done
     done
   done
   for r in 2 5; do timeout 60 python bench/_debug/pair_timing.py $R $r --skip 1; done

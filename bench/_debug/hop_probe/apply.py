@@ -5,6 +5,7 @@ replayer side, to see where an emulated 2-rank all-reduce spends its time (sessi
     on_issue done, submitted, wait                                   (the recorder, the engine, the script's wait)
     put, got            the op handed to the group's channel thread  (prism/sandbox/engines/live.py)
     exec <op>, complete the channel thread runs the op / completes its future
+    record got, checked its recorded data loaded, its input compared with it
     S start, S recv tN  the sandbox party's lockstep driver           (prism/nccl_patches/pruned.py)
     V released          the replayer's clock released the vrank       (prism/vrank_replayer/replayer.py)
     V start, V posted, V recv tN, V sent after tN, V sends done, V done   the vrank party's driver
@@ -38,6 +39,12 @@ PATCHES = [
      "            " + IMPORT + "mark('put')\n            ch.queue.put((self._run, request, future, snapshot))\n"),
     ("prism/sandbox/engines/live.py", "        while (item := self.queue.get()) is not None:\n",
      "        from prism.pprobe import mark\n        while (item := self.queue.get()) is not None:\n            mark('got')\n"),
+    ("prism/sandbox/engines/live.py",
+     "                rec = self._recorded.get(self._key(req, i)) if self._recorded else None\n",
+     "                rec = self._recorded.get(self._key(req, i)) if self._recorded else None\n                mark('record got')\n"),
+    ("prism/sandbox/engines/live.py",
+     "            res = run_sandbox_side(transport, algo, me, part.data, recorded=rec, tag_base=tag_base,",
+     "            mark('checked')\n            res = run_sandbox_side(transport, algo, me, part.data, recorded=rec, tag_base=tag_base,"),
     ("prism/nccl_patches/pruned.py", "    groups = [steps for _, steps in _by_step(party.steps)]\n",
      "    groups = [steps for _, steps in _by_step(party.steps)]\n    " + IMPORT + "mark('S start')\n"),
     ("prism/nccl_patches/pruned.py",
