@@ -4,7 +4,9 @@ Per (op, size): ``--warmup`` untimed and ``--iters`` timed iterations of barrier
 (issue to completion, ``wait``). Sizes are the op's full buffer: all_reduce/broadcast N bytes,
 all_gather output N (input N/W), reduce_scatter input N (output N/W), all_to_all N in and out,
 send/recv N each way on a ring (send to rank+1, receive from rank-1; ``send_recv`` through
-``batch_isend_irecv``, ``isend_irecv`` as two plain calls). Inputs are the same in every
+``batch_isend_irecv``, ``isend_irecv`` as two plain calls). ``--busy-us``: the script's thread runs
+Python that long between the issue and the wait, as a layer's DTensor code does after its TP
+all-reduce. Inputs are the same in every
 run (recorded data must match them). Each rank writes ``<out>/rank-<R>.json``: seconds per
 iteration per ``<op>/<bytes>``, and ``<op>/<bytes>/cpu``: the process's CPU seconds (all its threads:
 the script's and, under prism, the comm engine's) over the same span.
@@ -25,6 +27,8 @@ p.add_argument("--ops", default=",".join(OPS))
 p.add_argument("--sizes", default="4096,65536,1048576,16777216", help="bytes")
 p.add_argument("--iters", default="20,20,10,3", help="timed iterations per size")
 p.add_argument("--warmup", type=int, default=1)
+p.add_argument("--busy-us", type=float, default=0.0,
+               help="Python the script runs between its issue and its wait (DTensor's does), µs")
 p.add_argument("--out", required=True)
 args = p.parse_args()
 dist.init_process_group("gloo")
@@ -75,6 +79,10 @@ for size, iters in zip((int(s) for s in args.sizes.split(",")), (int(i) for i in
             dist.barrier()
             c0, t0 = time.process_time(), time.perf_counter()
             work = issue()
+            if args.busy_us:
+                until = time.perf_counter() + args.busy_us / 1e6
+                while time.perf_counter() < until:
+                    pass
             for w in work if isinstance(work, list) else [work]:
                 w.wait()
             t1, c1 = time.perf_counter(), time.process_time()

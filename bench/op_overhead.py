@@ -24,6 +24,11 @@ that serves it, under the replayer's one GIL).
     python bench/op_overhead.py --world 8 --sizes 4096,1048576
     python bench/op_overhead.py --world 8 --sizes 16384 --sandboxes 2,5 --device-paths host,lanes
 
+``--busy-us N``: the script's thread runs N µs of Python between each issue and its wait (a TP
+layer's DTensor code after its all-reduce): in the real run gloo's thread runs the op meanwhile; in an
+emulation the op's channel thread shares the GIL with it. With ``PRISM_LIVE_EARLY_START=1`` exported,
+the emulations begin small collectives on the script's thread (docs/emulate.md, session 43).
+
 ``--device-paths``: each emulation on the CPU data paths given: ``host`` (the sandbox rank runs the
 pruned ring steps against its neighbor vranks) and ``lanes`` (each op delegated to the replayer:
 one send and one receive on the sandbox; columns suffixed ``_lanes``).
@@ -78,10 +83,11 @@ def _times(out: Path, ranks) -> dict[str, list[float]]:
 
 
 def measure_size(world: int, size: int, sandboxes: list[tuple[int, ...]], work: Path, timeout_s: float,
-                 ops: str = ",".join(OPS), iters_scale: float = 1.0, device_paths: tuple[str, ...] = ("host",)) -> dict:
+                 ops: str = ",".join(OPS), iters_scale: float = 1.0, device_paths: tuple[str, ...] = ("host",),
+                 busy_us: float = 0.0) -> dict:
     times_dir = work / "times"
     iters = iterations(size, iters_scale)
-    args = ["--ops", ops, "--sizes", str(size), "--iters", str(iters), "--out", str(times_dir)]
+    args = ["--ops", ops, "--sizes", str(size), "--iters", str(iters), "--busy-us", str(busy_us), "--out", str(times_dir)]
     job = job_from_dict({"name": f"op-overhead-{size}", "entrypoint": str(SCRIPT), "args": args,
                          "world_size": world, "ranks_per_node": world, "device": "cpu"}, base_dir=str(HERE))
     launch_plain(SCRIPT, args, world, timeout_s=timeout_s)
@@ -143,6 +149,8 @@ def main() -> int:
     parser.add_argument("--device-paths", default="host",
                         help="CPU data paths, ','-separated: host (the sandbox runs the pruned steps), lanes (delegated)")
     parser.add_argument("--iters-scale", type=float, default=1.0, help="times the default iterations per size")
+    parser.add_argument("--busy-us", type=float, default=0.0,
+                        help="the script's thread runs Python this long between each issue and its wait (µs)")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--label", default="")
     parser.add_argument("--out", default=str(HERE / "results/op_overhead.json"))
@@ -154,7 +162,7 @@ def main() -> int:
         for size in (int(s) for s in ns.sizes.split(",")):
             t0 = time.perf_counter()
             rows.update(measure_size(ns.world, size, sandboxes, Path(tmp), ns.timeout, ns.ops, ns.iters_scale,
-                                     tuple(ns.device_paths.split(","))))
+                                     tuple(ns.device_paths.split(",")), ns.busy_us))
             print(f"-- {size} bytes: {time.perf_counter() - t0:.0f} s", flush=True)
             for key, row in rows.items():
                 if row["bytes"] != size:
@@ -167,7 +175,7 @@ def main() -> int:
                 print(f"{row['op']:15s} {size:>9d} B  real {row['real_ms']:8.3f} ms cpu {row['real_cpu_ms']:.3f}  {cells}",
                       flush=True)
     out = {"world_size": ns.world, "sandboxes": [list(s) for s in sandboxes], "device_paths": ns.device_paths.split(","),
-           "label": ns.label,
+           "label": ns.label, "busy_us": ns.busy_us, "early_start": os.environ.get("PRISM_LIVE_EARLY_START") == "1",
            "host_cpus": os.cpu_count(), "loadavg": Path("/proc/loadavg").read_text().split()[:3], "ops": rows}
     Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
     Path(ns.out).write_text(json.dumps(out, indent=1))

@@ -8,11 +8,13 @@
 #   rN   N replayers (tp's and hybrid's two TP groups in separate processes from N=4);
 #   sw   one replayer, the sandbox ranks' GIL switch interval 200 us instead of 5 ms (the script's
 #        thread runs Python between its issue and its wait while the op's channel thread waits for
-#        the GIL; a sed-patched copy of prism/sandbox/worker.py).
+#        the GIL; a sed-patched copy of prism/sandbox/worker.py);
+#   early one replayer, PRISM_LIVE_EARLY_START=1 (a small collective's first ring step posted on the
+#        script's thread at its issue).
 # Each: step time against its prediction, the replayers' idle clock wake-ups, the hop medians of
 # both TP groups (hops.py); then bench/_debug/pair_timing.py on the run (real run, takes, every
 # emulation). The run directory without payloads is packed into $OUT.
-# Usage (device tool):  JOBS="tp-sleep" VARIANTS="r1 r4 sw" ROUNDS=2 LIMIT_S=575 bash bench/_debug/device_s43.sh
+# Usage (device tool):  JOBS="tp-sleep" VARIANTS="r1 early r4 sw" ROUNDS=2 LIMIT_S=575 bash bench/_debug/device_s43.sh
 ROOT=$PWD
 T0=$(date +%s)
 LIMIT=${LIMIT_S:-575}
@@ -36,12 +38,12 @@ for job in ${JOBS:-tp-sleep}; do
   prism $ROOT calibrate $R --slice-size 4 --repeats 3 > /tmp/s43/$job.cal.log 2>&1 || { tail -20 /tmp/s43/$job.cal.log; continue; }
   echo "== $job t=$(( $(date +%s)-T0 ))"; grep -E "iteration time" /tmp/s43/$job.cal.log
   for i in $(seq 1 ${ROUNDS:-2}); do
-    for v in ${VARIANTS:-r1 r4 sw}; do
+    for v in ${VARIANTS:-r1 early r4 sw}; do
       L=$(left); [ $L -lt 40 ] && { echo "skip $job $v $i: ${L}s left"; continue; }
-      tree=$P; n=1
-      case $v in sw) tree=$P-sw ;; r*) n=${v#r} ;; esac
+      tree=$P; n=1; early=0
+      case $v in sw) tree=$P-sw ;; early) early=1 ;; r*) n=${v#r} ;; esac
       pd=$R/probe_${v}_$i; mkdir -p $pd
-      PRISM_PAIR_PROBE=$pd timeout $(( L - 10 )) bash -c "$(declare -f prism); prism $tree emulate $R --ranks 2,5 --device-path host --replayers $n --json" > $pd/report.json 2> $pd/err.log
+      PRISM_LIVE_EARLY_START=$early PRISM_PAIR_PROBE=$pd timeout $(( L - 10 )) bash -c "$(declare -f prism); prism $tree emulate $R --ranks 2,5 --device-path host --replayers $n --json" > $pd/report.json 2> $pd/err.log
       d=$(ls -td $R/emulations/* | head -1)
       python - "$pd/report.json" "$d" "$v $i" <<'PY'
 import glob, json, sys

@@ -17,8 +17,6 @@ measured steps, per emulation, in µs:
 
 from __future__ import annotations
 
-import glob
-import pickle
 import statistics
 import sys
 from pathlib import Path
@@ -28,8 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from prism.graph.io import read_graph  # noqa: E402
 from prism.graph.livesim import op_key  # noqa: E402
 from prism.graph.records import NodeKind  # noqa: E402
-from prism.vrank_replayer.replayer import clock_events  # noqa: E402
-from wait_kinds import parse_args, real_graphs  # noqa: E402  (this script's folder)
+from wait_kinds import emulations, parse_args, real_graphs  # noqa: E402  (this script's folder)
 
 
 def _med(xs: list[float]) -> str:
@@ -59,15 +56,8 @@ def main() -> None:
     _real(run, a)
     print("          SEND: n  wait  v.issue-w0  v.done-w0  wait|v.issued-before   "
           "RECV: n  wait  v.issue-w0  w1-max(w0,v.issue)  w1-post  v.done-w1")
-    for emu in sorted(glob.glob(str(run / "emulations" / "*" / f"rank-{a.rank:05d}.pkl"))):
-        d = Path(emu).parent
-        with open(emu, "rb") as f:
-            rec = pickle.load(f)
+    for d, rec, events in emulations(run, a.rank, timed):
         origin = rec.clock_origin_ns
-        events: dict[tuple, dict[str, int]] = {}
-        for vrank, index, kind, ns in clock_events(d):
-            if kind in ("issue", "complete"):
-                events.setdefault((vrank, op_key(timed.nodes[vrank][index])), {})[kind] = ns
         by_index = {n.index: n for n in rec.nodes}
         send = {"wait": [], "issue": [], "done": [], "early": []}
         recv = {"wait": [], "issue": [], "deliver": [], "post": [], "done": []}

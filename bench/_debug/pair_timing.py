@@ -21,8 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from prism.graph.io import read_graph  # noqa: E402
 from prism.graph.livesim import op_key  # noqa: E402
 from prism.graph.records import Node, NodeKind  # noqa: E402
-from prism.vrank_replayer.replayer import clock_events  # noqa: E402
-from wait_kinds import parse_args, real_graphs  # noqa: E402  (this script's folder)
+from wait_kinds import emulations, parse_args, real_graphs  # noqa: E402  (this script's folder)
 
 
 def _med(xs: list[float]) -> str:
@@ -85,15 +84,8 @@ def main() -> None:
                 done.append((me.clock_origin_ns + ends[n.index] - max(mine_ns, theirs_ns)) / 1e3)
                 late.append((theirs_ns - mine_ns) / 1e3)
             print(f"{d.name:8s} group {gid}: {len(done):4d} {_med(done)} {_med(late)}   (take: both ranks real)")
-    for emu in sorted(glob.glob(str(run / "emulations" / "*" / f"rank-{a.rank:05d}.pkl"))):
-        d = Path(emu).parent
-        with open(emu, "rb") as f:
-            rec = pickle.load(f)
+    for d, rec, events in emulations(run, a.rank, timed):
         origin = rec.clock_origin_ns
-        events: dict[tuple, dict[str, int]] = {}
-        for vrank, index, kind, ns in clock_events(d):
-            if kind in ("issue", "complete"):
-                events.setdefault((vrank, op_key(timed.nodes[vrank][index])), {})[kind] = ns
         ends = _ends(rec.nodes)
         for gid, ranks in sorted(pairs.items()):
             peer = ranks[0] if ranks[1] == a.rank else ranks[1]

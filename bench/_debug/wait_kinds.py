@@ -32,6 +32,26 @@ def parse_args(description: str | None = None) -> argparse.Namespace:
     return p.parse_args()
 
 
+def emulations(run: Path, rank: int, timed) -> list[tuple[Path, object, dict[tuple, dict[str, int]]]]:
+    """Each emulation of ``run``: its directory, ``rank``'s record, and the replayers' ``issue`` and
+    ``complete`` times (perf_counter_ns) of each vrank's ops, keyed by (vrank, op key) through the
+    timed graph ``timed``."""
+    from prism.graph.livesim import op_key
+    from prism.vrank_replayer.replayer import clock_events
+
+    out = []
+    for emu in sorted(glob.glob(str(run / "emulations" / "*" / f"rank-{rank:05d}.pkl"))):
+        d = Path(emu).parent
+        with open(emu, "rb") as f:
+            rec = pickle.load(f)
+        events: dict[tuple, dict[str, int]] = {}
+        for vrank, index, kind, ns in clock_events(d):
+            if kind in ("issue", "complete"):
+                events.setdefault((vrank, op_key(timed.nodes[vrank][index])), {})[kind] = ns
+        out.append((d, rec, events))
+    return out
+
+
 def real_graphs(run: Path) -> list[tuple[str, Path]]:
     """The run's real graphs, named: ``real``, then ``real1``, ... (``bench/emulate_fidelity.py``'s
     further real runs under ``real-repeats/``)."""

@@ -354,6 +354,13 @@ class RecordedStore:
                 if key not in self._pending:
                     self._pending[key] = self._pool.submit(self._load, key)
 
+    def loaded(self, key: str) -> bool:
+        """Whether ``key``'s record is in memory (preloaded or prefetched, its load done): ``get``
+        returns at once."""
+        with self._lock:
+            fut = self._pending.get(key)
+        return fut is not None and fut.done()
+
     def get(self, key: str) -> RecordedCollective | None:
         with self._lock:
             fut = self._pending.pop(key, None)

@@ -73,3 +73,19 @@ def test_nccl_algo_tree_runs_all_reduces_as_the_pruned_tree_with_the_collected_v
         got, want = result.ranks[r], collected.summaries[r].losses
         assert got.diverged_ops == ()
         assert got.losses == want, (r, got.losses, want)
+
+
+def test_collectives_begun_on_the_scripts_thread_keep_the_collected_values(collected_with_values, monkeypatch):
+    # PRISM_LIVE_EARLY_START=1: a small collective's first ring step leaves from the script's thread
+    # at its issue; the channel thread drives the rest of the ring (docs/emulate.md, session 43).
+    sandbox = SANDBOXES["hybrid"]
+    run, collected = collected_with_values("hybrid", sandbox)
+    monkeypatch.setenv("PRISM_LIVE_EARLY_START", "1")
+    result = emulate(run, EmulateOptions(ranks=sandbox, timeout_s=300, memory=ONE_PASS))
+    for r in sandbox:
+        got = result.ranks[r]
+        assert got.diverged_ops == ()
+        want = collected.summaries[r].losses
+        assert all((math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(got.losses, want, strict=True))
+        live = json.loads((result.out_dir / f"rank-{r:05d}.live.json").read_text())
+        assert 0 < live["early_starts"] < live["num_ops"]  # some begun early, the large ones not

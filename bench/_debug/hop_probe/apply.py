@@ -5,7 +5,7 @@ replayer side, to see where an emulated 2-rank all-reduce spends its time (sessi
     on_issue done, submitted, wait                                   (the recorder, the engine, the script's wait)
     put, got            the op handed to the group's channel thread  (prism/sandbox/engines/live.py)
     exec <op>, complete the channel thread runs the op / completes its future
-    record got, checked its recorded data loaded, its input compared with it
+    checked             its recorded data loaded and its input compared with it
     S start, S recv tN  the sandbox party's lockstep driver           (prism/nccl_patches/pruned.py)
     V released          the replayer's clock released the vrank       (prism/vrank_replayer/replayer.py)
     V start, V posted, V recv tN, V sent after tN, V sends done, V done   the vrank party's driver
@@ -29,22 +29,19 @@ PATCHES = [
      "            future = ctx.engine.submit(request)\n            mark('submitted')\n"),
     ("prism/sandbox/backend.py", "    def wait(self, timeout=None) -> bool:  # noqa: ARG002 - c10d passes a timedelta\n",
      "    def wait(self, timeout=None) -> bool:  # noqa: ARG002 - c10d passes a timedelta\n        " + IMPORT + "mark('wait')\n"),
-    ("prism/sandbox/engines/live.py", "    def _execute(self, req: CommRequest, snapshot) -> None:\n",
-     "    def _execute(self, req: CommRequest, snapshot) -> None:\n        " + IMPORT + "mark(f'exec {req.op.value}')\n"),
+    ("prism/sandbox/engines/live.py", "    def _execute(self, req: CommRequest, snapshot, early: _Early | None = None) -> None:\n",
+     "    def _execute(self, req: CommRequest, snapshot, early: _Early | None = None) -> None:\n        " + IMPORT + "mark(f'exec {req.op.value}')\n"),
     ("prism/sandbox/engines/live.py",
      "    def _complete(self, future: torch.futures.Future, outputs: list[torch.Tensor], extra: dict) -> None:\n",
      "    def _complete(self, future: torch.futures.Future, outputs: list[torch.Tensor], extra: dict) -> None:\n        "
      + IMPORT + "mark('complete')\n"),
-    ("prism/sandbox/engines/live.py", "            ch.queue.put((self._run, request, future, snapshot))\n",
-     "            " + IMPORT + "mark('put')\n            ch.queue.put((self._run, request, future, snapshot))\n"),
+    ("prism/sandbox/engines/live.py", "            ch.queue.put((self._run, request, future, snapshot, ch, early))\n",
+     "            " + IMPORT + "mark('put')\n            ch.queue.put((self._run, request, future, snapshot, ch, early))\n"),
     ("prism/sandbox/engines/live.py", "        while (item := self.queue.get()) is not None:\n",
      "        from prism.pprobe import mark\n        while (item := self.queue.get()) is not None:\n            mark('got')\n"),
     ("prism/sandbox/engines/live.py",
-     "                rec = self._recorded.get(self._key(req, i)) if self._recorded else None\n",
-     "                rec = self._recorded.get(self._key(req, i)) if self._recorded else None\n                mark('record got')\n"),
-    ("prism/sandbox/engines/live.py",
-     "            res = run_sandbox_side(transport, algo, me, part.data, recorded=rec, tag_base=tag_base,",
-     "            mark('checked')\n            res = run_sandbox_side(transport, algo, me, part.data, recorded=rec, tag_base=tag_base,"),
+     "        is_p2p = req.op in (CommOp.SEND, CommOp.RECV)\n        tag_base = p2p_tag_base(",
+     "        " + IMPORT + "mark('checked')\n        is_p2p = req.op in (CommOp.SEND, CommOp.RECV)\n        tag_base = p2p_tag_base("),
     ("prism/nccl_patches/pruned.py", "    groups = [steps for _, steps in _by_step(party.steps)]\n",
      "    groups = [steps for _, steps in _by_step(party.steps)]\n    " + IMPORT + "mark('S start')\n"),
     ("prism/nccl_patches/pruned.py",

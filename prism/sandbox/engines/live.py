@@ -1,7 +1,8 @@
 """The ``live`` engine: a sandbox rank speaks the real (pruned) collective algorithms.
 
 Every op becomes one pruned collective per tensor (:func:`~prism.nccl_patches.vplan.op_parts`),
-run with :func:`~prism.nccl_patches.run_sandbox_side` over the transport of the op's group. The
+run as :func:`~prism.nccl_patches.run_sandbox_side` runs it (a ``SandboxParty`` driven by
+``start_party``) over the transport of the op's group. The
 transport of a group connects its sandbox members and, when it has vranks, the replayer that
 hosts them (:func:`~prism.nccl_patches.vplan.endpoint_plan`); sandbox members talk directly. A
 group of two sandbox ranks and no vrank runs on a real gloo group instead (``passthrough``; outside
@@ -25,6 +26,12 @@ else a few ops ahead. A small send's flag is not computed in the script's wait: 
 copied at the post and compared with the record in batches on a channel thread
 (:meth:`LiveEngine._defer_send_check`).
 
+With ``PRISM_LIVE_EARLY_START=1`` a small collective (one CPU part of at most 1 MiB, its record
+loaded, its channel idle) posts its first ring step on the script's thread at its issue, as gloo's
+own thread starts at once, and its channel thread drives the rest (:meth:`LiveEngine._start_early`).
+Off by default until measured on 16 cores (docs/emulate.md, "A 2-rank collective with a vrank
+partner").
+
 With every rank a sandbox rank and no replayer (``sandbox`` = all), this is a real all-rank run
 whose reductions follow prism's ring order, i.e. the values a collection produces; with
 ``capture_dir`` each rank saves its inputs and outputs of every op (the capture run from which
@@ -40,6 +47,7 @@ import datetime
 import functools
 import json
 import logging
+import os
 import queue
 import resource
 import threading
@@ -56,8 +64,9 @@ from prism.core.cprofile import profiled
 from prism.core.errors import MismatchError, PrismError
 from prism.core.layout import DEVICE_DATA_PATHS
 from prism.graph.records import CommOp
-from prism.nccl_patches import run_sandbox_side
+from prism.nccl_patches.pruned import start_party
 from prism.nccl_patches.compensation import (
+    RecordedCollective,
     describe,
     host_bytes,
     matches_record,
@@ -110,8 +119,21 @@ class _Channel:
         self.preloaded = False
         """Every record of the channel is loading or loaded already (no per-op prefetch)."""
         self._run = run
+        self._lock = threading.Lock()
+        self._ops = 0
+        """Ops of the channel queued or running (``begin`` .. ``ended``)."""
         self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self.thread.start()
+
+    def begin(self) -> bool:
+        """An op is queued; whether none was queued or running before it."""
+        with self._lock:
+            self._ops += 1
+            return self._ops == 1
+
+    def ended(self) -> None:
+        with self._lock:
+            self._ops -= 1
 
     def _loop(self) -> None:
         with profiled("live"):
@@ -151,6 +173,42 @@ ahead, are held until then)."""
 
 def _nothing() -> None:
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """An op as pruned collectives (:func:`~prism.nccl_patches.vplan.op_parts`) from this rank's side."""
+
+    parts: list
+    outputs: list[torch.Tensor]
+    root: int
+    reduce_op: str
+    what: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Begun:
+    """A part whose party has posted its first step; ``finish`` drives the rest (``start_party``)."""
+
+    party: SandboxParty
+    finish: Callable[[], dict]
+    diverged: bool
+    """Its input differs from the record's (the party may find a divergence of its own later)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Early:
+    """A one-part op begun on the script's thread at its issue (:meth:`LiveEngine._start_early`)."""
+
+    layout: _Layout
+    begun: _Begun
+
+
+_EARLY_OPS = (CommOp.ALL_REDUCE, CommOp.ALL_GATHER, CommOp.REDUCE_SCATTER)
+_EARLY_MAX_BYTES = 1 << 20
+"""Larger ops are begun on their channel thread: their input check and first step cost the script's
+thread more than their start-up latency costs the op."""
+_EARLY_START_ENV = "PRISM_LIVE_EARLY_START"
 
 
 class LiveEngine(CommEngine):
@@ -196,6 +254,8 @@ class LiveEngine(CommEngine):
         self._transports: dict[str, WideTagTransport] = {}
         self._transport_locks: dict[str, threading.Lock] = {}
         self._num_ops = 0
+        self._num_early = 0
+        """Ops begun on the script's thread (:meth:`_start_early`)."""
         self._diverged: list[dict] = []
         self._deferred: list[tuple[str, str, list[tuple[str, torch.dtype, int, bytes]], int]] = []
         """Sends whose divergence check waits for a batch: (op key, op, parts, sender's group rank)."""
@@ -230,6 +290,9 @@ class LiveEngine(CommEngine):
             # order is prism's ring's, the one the recorded data holds.
             self._real = PassthroughEngine(cuda_backend="gloo", timeout_s=timeout_s, eager_completion=eager_completion)
         self._real_groups: set[str] = set()
+        self._early_start = os.environ.get(_EARLY_START_ENV) == "1"
+        """Small collectives begin on the script's thread (:meth:`_start_early`); off by default until
+        measured on 16 cores."""
         self._connect_groups = frozenset(connect_groups or ())
         self._lazy: list[str] = []
         """Groups whose transport connected inside an op rather than at the group's creation."""
@@ -341,7 +404,19 @@ class LiveEngine(CommEngine):
                 ready.record()
                 request.extra["inputs_ready"] = ready
             future: torch.futures.Future = torch.futures.Future()
-            ch.queue.put((self._run, request, future, snapshot))
+            idle = ch.begin()
+            early = None
+            if idle and self._early_start and not p2p:
+                try:
+                    early = self._start_early(request)
+                except BaseException as e:  # noqa: BLE001 - delivered to the waiter, as the channel thread would
+                    ch.ended()
+                    future.set_exception(e)
+                    return future
+            if early is not None:
+                with self._lock:
+                    self._num_early += 1
+            ch.queue.put((self._run, request, future, snapshot, ch, early))
             return future
         try:
             with untracked():
@@ -381,15 +456,18 @@ class LiveEngine(CommEngine):
     def _call(fn, *args) -> Callable[[], None]:
         return fn(*args)
 
-    def _run(self, req: CommRequest, future: torch.futures.Future, snapshot) -> Callable[[], None]:
+    def _run(self, req: CommRequest, future: torch.futures.Future, snapshot, ch: _Channel,
+             early: _Early | None = None) -> Callable[[], None]:
         """Runs the op; returns what completes its future (the channel calls it once it has
         dropped the op)."""
         try:
             with torch.no_grad():
-                self._execute(req, snapshot)
+                self._execute(req, snapshot, early)
         except BaseException as e:  # noqa: BLE001 - delivered to the waiter
             log.debug("rank %d: %s %s:%d failed", self.rank, req.op.value, req.group.group_id, req.seq, exc_info=True)
             return functools.partial(future.set_exception, e)
+        finally:
+            ch.ended()
         return functools.partial(self._complete, future, req.outputs, req.extra)
 
     def _first_done(self) -> None:
@@ -510,7 +588,7 @@ class LiveEngine(CommEngine):
             return p2p_key(req.group.group_id, src, dst, seq, part)
         return collective_key(req.group.group_id, seq, part)
 
-    def _execute(self, req: CommRequest, snapshot) -> None:
+    def _layout(self, req: CommRequest, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> _Layout:
         g = req.group
         n, me = g.size, g.group_rank
         what = f"rank {self.rank}: {req.op.value} on group {g.group_id} seq {req.seq}"
@@ -518,50 +596,101 @@ class LiveEngine(CommEngine):
         if req.op in (CommOp.SEND, CommOp.RECV):
             src, dst = self._ends(req)
             root, peer = g.to_group_rank(src), g.to_group_rank(dst)
-        inputs, outputs = req.inputs, req.outputs
-        if any(t.is_cuda for t in (*inputs, *outputs)):
-            # As ProcessGroupGloo does with CUDA tensors (and the transports are gloo): the data is
-            # copied to the host, the algorithm runs there, the results are copied back. The
-            # collective holds no device memory of its own, like NCCL's buffers, so the rank's
-            # allocator peak is the real run's.
-            if "inputs_ready" in req.extra:
-                req.extra.pop("inputs_ready").synchronize()
-            inputs = [t.detach().cpu() for t in inputs]
-            outputs = [torch.empty(t.shape, dtype=t.dtype) for t in outputs]
         parts = op_parts(req.op, inputs, n=n, group_rank=me, root=root, peer=peer, flat=req.flat,
                          in_splits=req.in_splits, out_splits=req.out_splits, outputs=outputs, what=what)
         reduce_op = "sum" if req.op is CommOp.BARRIER else (req.reduce_op if req.op in _REDUCING else "")
+        return _Layout(parts, outputs, root, reduce_op, what)
+
+    def _party_kw(self, req: CommRequest, layout: _Layout, part) -> dict:
+        a2a = part.in_splits is not None
+        return dict(group_size=req.group.size, reduce_op=layout.reduce_op, root=part.root, peer=part.peer,
+                    in_splits=part.in_splits if a2a else None, out_splits=part.out_splits if a2a else None)
+
+    def _begin_part(self, req: CommRequest, layout: _Layout, i: int, transport: WideTagTransport,
+                    rec: RecordedCollective | None) -> _Begun:
+        """Check part ``i``'s input against its record (``rec``), build its party and post the party's
+        first step (``start_party``); the rest is driven by the returned ``finish``."""
+        g, part = req.group, layout.parts[i]
+        n, me = g.size, g.group_rank
+        diverged = False
+        if rec is not None and me in rec.inputs and not matches_record(part.data.reshape(-1), rec.inputs[me]):
+            rec = self._unusable_record(layout.what, g, part.data, rec.inputs[me])
+            diverged = True
+        is_p2p = req.op in (CommOp.SEND, CommOp.RECV)
+        tag_base = p2p_tag_base(req.seq, i, n, part.root) if is_p2p else collective_tag_base(req.seq, i, n)
+        # The record names the algorithm the collector chose (NCCL_ALGO=Tree: a tree all-reduce).
+        algo = rec.algo if rec is not None and req.op is CommOp.ALL_REDUCE else part.algo
+        party = SandboxParty(algo, me, part.data, recorded=rec, out=_result_buffer(req, i, part.data, layout.outputs),
+                             **self._party_kw(req, layout, part))
+        finish = start_party(party, transport, n, tag_base=tag_base, timeout_s=self.timeout_s)
+        return _Begun(party, finish, diverged)
+
+    def _record_of(self, req: CommRequest, i: int) -> RecordedCollective | None:
+        g = req.group
+        if req.op is CommOp.BARRIER:
+            return barrier_record(g.size, [gr for gr, r in enumerate(g.ranks) if r in self.sandbox])
+        if req.op is CommOp.RECV:
+            return None  # a receiver has no recorded input: nothing to compare
+        return self._recorded.get(self._key(req, i)) if self._recorded else None
+
+    def _execute(self, req: CommRequest, snapshot, early: _Early | None = None) -> None:
+        g = req.group
+        n, me = g.size, g.group_rank
+        inputs, outputs = req.inputs, req.outputs
+        if early is not None:
+            layout = early.layout
+        else:
+            if any(t.is_cuda for t in (*inputs, *outputs)):
+                # As ProcessGroupGloo does with CUDA tensors (and the transports are gloo): the data is
+                # copied to the host, the algorithm runs there, the results are copied back. The
+                # collective holds no device memory of its own, like NCCL's buffers, so the rank's
+                # allocator peak is the real run's.
+                if "inputs_ready" in req.extra:
+                    req.extra.pop("inputs_ready").synchronize()
+                inputs = [t.detach().cpu() for t in inputs]
+                outputs = [torch.empty(t.shape, dtype=t.dtype) for t in outputs]
+            layout = self._layout(req, inputs, outputs)
         outs: list[torch.Tensor | None] = []
         diverged = False
         num_bytes = 0
         transport = self._transport(g) if n > 1 else None
-        is_p2p = req.op in (CommOp.SEND, CommOp.RECV)
-        for i, part in enumerate(parts):
-            a2a = part.in_splits is not None
-            kw = dict(group_size=n, reduce_op=reduce_op, root=part.root, peer=part.peer,
-                      in_splits=part.in_splits if a2a else None, out_splits=part.out_splits if a2a else None)
+        for i, part in enumerate(layout.parts):
             if transport is None:
-                outs.append(SandboxParty(part.algo, me, part.data, **kw).output())
+                outs.append(SandboxParty(part.algo, me, part.data, **self._party_kw(req, layout, part)).output())
                 continue
-            if req.op is CommOp.BARRIER:
-                rec = barrier_record(n, [gr for gr, r in enumerate(g.ranks) if r in self.sandbox])
-            elif req.op is CommOp.RECV:
-                rec = None  # a receiver has no recorded input: nothing to compare
-            else:
-                rec = self._recorded.get(self._key(req, i)) if self._recorded else None
-            if rec is not None and me in rec.inputs and not matches_record(part.data.reshape(-1), rec.inputs[me]):
-                rec = self._unusable_record(what, g, part.data, rec.inputs[me])
-                diverged = True
-            tag_base = p2p_tag_base(req.seq, i, n, part.root) if is_p2p else collective_tag_base(req.seq, i, n)
-            # The record names the algorithm the collector chose (NCCL_ALGO=Tree: a tree all-reduce).
-            algo = rec.algo if rec is not None and req.op is CommOp.ALL_REDUCE else part.algo
-            res = run_sandbox_side(transport, algo, me, part.data, recorded=rec, tag_base=tag_base,
-                                   out=_result_buffer(req, i, part.data, outputs), timeout_s=self.timeout_s, **kw)
-            outs.append(res.output)
-            diverged |= res.diverged
-            num_bytes += sum(t.num_bytes for t in res.traffic.values())
-        _write_outputs(req, outs, me, root)
+            begun = early.begun if early is not None else self._begin_part(req, layout, i, transport, self._record_of(req, i))
+            traffic = begun.finish()
+            outs.append(begun.party.output())
+            diverged |= begun.diverged or begun.party.diverged
+            num_bytes += sum(t.num_bytes for t in traffic.values())
+        _write_outputs(req, outs, me, layout.root)
         self._done(req, diverged, snapshot, num_bytes)
+
+    def _start_early(self, req: CommRequest) -> _Early | None:
+        """Post a small collective's first ring step on the script's thread at its issue, as gloo's own
+        thread would start it at once (``PRISM_LIVE_EARLY_START=1``; docs/emulate.md, "A 2-rank
+        collective with a vrank partner"). Otherwise the channel thread starts it, once it has the GIL:
+        in an emulation the script's thread runs Python from its issue to its wait (DTensor, the
+        functional collectives), and a TP all-reduce with a vrank partner started 0.7 ms after its
+        issue on 16 cores. Called only when the channel is idle (no earlier op of the group queued or
+        running); only for one small CPU part whose record is loaded already (nothing blocks the
+        script); else None, and the channel thread runs the whole op."""
+        g = req.group
+        if req.op not in _EARLY_OPS or g.size < 2:
+            return None
+        transport = self._transports.get(g.group_id)
+        tensors = (*req.inputs, *req.outputs)
+        if transport is None or any(t.is_cuda for t in tensors) or sum(t.numel() * t.element_size() for t in req.inputs) > _EARLY_MAX_BYTES:
+            return None
+        key = self._key(req, 0)
+        if self._recorded is not None and not self._recorded.loaded(key):
+            return None
+        with torch.no_grad(), untracked():
+            layout = self._layout(req, req.inputs, req.outputs)
+            if len(layout.parts) != 1:
+                return None
+            begun = self._begin_part(req, layout, 0, transport, self._record_of(req, 0))
+        return _Early(layout, begun)
 
     def _unusable_record(self, what: str, group: GroupHandle, data: torch.Tensor, recorded: torch.Tensor) -> None:
         """A recorded input of another size or dtype than the script's: the run that recorded the data
@@ -631,6 +760,7 @@ class LiveEngine(CommEngine):
             "num_lanes": lanes.num_lanes if lanes is not None else 0,
             "lane_kinds": lane_kinds,
             "num_ops": self._num_ops + (lanes.num_ops if lanes is not None else 0),
+            "early_starts": self._num_early,
             "diverged_ops": self._diverged,
             "num_transports": len(self._transports),
             "num_connections": sum(t.pg.size() - 1 for t in self._transports.values()),
