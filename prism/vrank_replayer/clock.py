@@ -312,7 +312,7 @@ class TimedClock:
             self._done_keys.add(op_key(node))
             # Only the group's vranks wait for it (a vrank's blockers are its own ops). Waking every
             # channel thread at each collective had them take the GIL in turn just when another
-            # channel's op was in flight (docs/emulate.md, "Waking only the group's vranks").
+            # channel's op was in flight (docs/emulate.md, session 43).
             for v in self._group_vranks.get(node.group_id, tuple(self._conds)):
                 self._conds[v].notify_all()
 
