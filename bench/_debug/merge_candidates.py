@@ -3,7 +3,9 @@
 real runs (as ``recalibrate.py``), ranks 2 and 5, 5 measured steps after 2 warm-up; then the mean and
 the largest |error| of each merge over every directory given.
 
-* ``median``, ``rotated``: prism's (``prism calibrate --merge``);
+* ``median``, ``rotated``: prism's (``prism calibrate --merge``; ``rotated`` over each slice's
+  typical takes, ``merge_slice``, since session 43);
+* ``rotated-every-take``: the rotation over every take (prism's ``rotated`` in sessions 40–42);
 * ``med-step``: per rank, each measured step from the take whose step (its nodes' summed durations)
   is the median of the takes' at that step: a real step, never an outlier take's;
 * ``med-step-slice``: the same choice per slice of 4 ranks (the slice's summed step), so the ranks
@@ -71,8 +73,9 @@ for run in sys.argv[1:]:
     ct = CalibrationTakes(run, skip)
     truth = {r: real_steps_ms(run, r) for r in (2, 5)}
     rows = {
-        "median": ct.steps_ms({r: merge_takes(ts, skip, "median") for r, ts in ct.takes.items()}),
-        "rotated": ct.steps_ms({r: merge_takes(ts, skip, "rotated") for r, ts in ct.takes.items()}),
+        "median": ct.prediction_steps_ms("median"),
+        "rotated": ct.prediction_steps_ms("rotated"),
+        "rotated-every-take": ct.steps_ms({r: merge_takes(ts, skip, "rotated") for r, ts in ct.takes.items()}),
         "med-step": ct.steps_ms({r: median_step(ts, skip) for r, ts in ct.takes.items()}),
         "med-step-slice": ct.steps_ms(median_step_coherent(ct, skip)),
     }

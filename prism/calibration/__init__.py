@@ -7,11 +7,13 @@ from .merge import (
     MERGES,
     apply_measurements,
     median_of_takes,
+    merge_slice,
     merge_takes,
     rotated_takes,
     segments,
     settle_warmup,
     typical_steps,
+    typical_takes,
 )
 from .slices import crowded_slices, plan_slices, representatives
 
@@ -24,6 +26,7 @@ __all__ = [
     "calibrate",
     "crowded_slices",
     "median_of_takes",
+    "merge_slice",
     "merge_takes",
     "plan_slices",
     "representatives",
@@ -31,4 +34,5 @@ __all__ = [
     "segments",
     "settle_warmup",
     "typical_steps",
+    "typical_takes",
 ]

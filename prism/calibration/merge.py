@@ -32,7 +32,8 @@ from prism.core.errors import GraphError
 from prism.graph.records import Graph, Node, NodeKind
 from prism.graph.text import format_node
 
-__all__ = ["apply_measurements", "median_of_takes", "segments", "settle_warmup", "typical_steps"]
+__all__ = ["apply_measurements", "median_of_takes", "merge_slice", "segments", "settle_warmup", "typical_steps",
+           "typical_takes"]
 
 
 def segments(nodes: Sequence[Node]) -> tuple[list[list[int]], list[int]]:
@@ -181,6 +182,10 @@ DEFAULT_MERGE = "rotated"
 """The merge ``prism calibrate`` uses unless told: each step keeps its measured spans, so the timed
 graph keeps the step-to-step jitter a real run's collectives wait on (docs/emulate.md, session 41)."""
 
+TAKE_TOLERANCE = 0.03
+"""How far a slice's take may lie from its median take (its measured steps' summed spans) and still
+be rotated in (:func:`typical_takes`)."""
+
 
 def rotated_takes(takes: Sequence[Sequence[Node]], skip_steps: int) -> tuple[Node, ...]:
     """Several measurements of one rank, kept step by step: take 0's nodes, each node of step
@@ -191,6 +196,33 @@ def rotated_takes(takes: Sequence[Sequence[Node]], skip_steps: int) -> tuple[Nod
     same = _same_program(takes)
     return tuple(dataclasses.replace(n, duration_ns=same[(n.step - skip_steps) % len(same)][i].duration_ns)
                  if n.step >= skip_steps else n for i, n in enumerate(takes[0]))
+
+
+def typical_takes(slice_takes: Mapping[int, Sequence[Sequence[Node]]], skip_steps: int) -> list[int]:
+    """The takes of one slice (each of its ranks' takes, in take order) whose measured steps lie
+    within :data:`TAKE_TOLERANCE` of the median take's: the slice's ranks' spans in the steps
+    ``>= skip_steps``, summed. A take the host slowed as a whole (tp-sleep on 16 cores, session 43:
+    one take +8.8 %, the others +0.8 / +1.7 %) would give a third of the rotated graph's steps;
+    a slow *step* stays, as the rotation means it to. All takes when fewer than three, or when
+    none but the median lies near it."""
+    num = min(len(t) for t in slice_takes.values())
+    if num < 3:
+        return list(range(num))
+    totals = [sum(max(n.duration_ns, 0) for takes in slice_takes.values() for n in takes[k] if n.step >= skip_steps)
+              for k in range(num)]
+    middle = statistics.median(totals)
+    kept = [k for k, t in enumerate(totals) if middle and abs(t / middle - 1) <= TAKE_TOLERANCE]
+    return kept if len(kept) >= 2 else list(range(num))
+
+
+def merge_slice(slice_takes: Mapping[int, Sequence[Sequence[Node]]], skip_steps: int,
+                merge: str = DEFAULT_MERGE) -> dict[int, tuple[Node, ...]]:
+    """Each rank of one slice: its measured nodes from its takes (:func:`merge_takes`); ``rotated``
+    over the slice's typical takes only (:func:`typical_takes`), the same ones for every rank."""
+    if merge == "rotated":
+        kept = typical_takes(slice_takes, skip_steps)
+        slice_takes = {r: [takes[k] for k in kept] for r, takes in slice_takes.items()}
+    return {r: merge_takes(takes, skip_steps, merge) for r, takes in slice_takes.items()}
 
 
 def merge_takes(takes: Sequence[Sequence[Node]], skip_steps: int, merge: str = DEFAULT_MERGE) -> tuple[Node, ...]:

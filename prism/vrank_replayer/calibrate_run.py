@@ -9,11 +9,13 @@
    runs its ranks for real with the ``live`` engine while every other rank is a vrank replaying
    the structure graph as soon as it can (:class:`~.clock.AsapClock`). Each real rank's recorded
    nodes (its ``RankRecord``, ``rank-R.pkl``) are its timing measurement.
-3. The takes become each rank's measured nodes (``merge``, :func:`~prism.calibration.merge_takes`).
+3. The takes become each rank's measured nodes (``merge``, :func:`~prism.calibration.merge_slice`).
    ``rotated`` (the default): each rank keeps its spans step by step, measured step s from take
    (s − skip) mod k (:func:`~prism.calibration.rotated_takes`), so each step's collectives wait for
    whichever rank was slow in it, as a real run's do (docs/emulate.md, "The calibration's merge and
-   the ranks' step-to-step jitter", and session 41's figures). ``median``:
+   the ranks' step-to-step jitter", and session 41's figures); a take the host slowed as a whole (its
+   slice's measured spans more than 3 % from the median take's) is left out of the rotation
+   (:func:`~prism.calibration.typical_takes`, session 43). ``median``:
    :func:`~prism.calibration.typical_steps` gives each steady-step node its median over the slice's
    measured steps (one step's burst of external load is not a slow step of the prediction, but
    neither is any rank's slow step), then :func:`~prism.calibration.median_of_takes` its median
@@ -48,7 +50,7 @@ from prism.calibration import (
     apply_measurements,
     calibrate,
     crowded_slices,
-    merge_takes,
+    merge_slice,
     plan_slices,
     representatives,
     settle_warmup,
@@ -66,7 +68,7 @@ from prism.nccl_patches.recorded_store import derive_from_capture, recorded_dir
 
 from .launch import EmulateOptions, capture_job, emulate
 
-__all__ = ["CalibrateResult", "SliceResult", "calibrate_run", "calibration_takes", "ensure_recorded", "mean_measured_ns",
+__all__ = ["CalibrateResult", "SliceResult", "calibrate_run", "calibration_slices", "calibration_takes", "ensure_recorded", "mean_measured_ns",
            "measured_steps_ns", "structure_kind", "take_dir", "timed_from_measurements"]
 
 log = logging.getLogger(__name__)
@@ -126,6 +128,12 @@ def take_dir(run_root: Path, slice_index: int, take: int) -> Path:
     return run_root / "calibration" / name
 
 
+def calibration_slices(run_root: Path) -> list[tuple[int, ...]]:
+    """The ranks each slice of a calibration left in ``run_root`` measured (its first take's records)."""
+    dirs = sorted(d for d in (run_root / "calibration").glob("slice-[0-9][0-9][0-9]") if d.is_dir())
+    return [tuple(sorted(int(f.stem.removeprefix("rank-")) for f in d.glob("rank-*.pkl"))) for d in dirs]
+
+
 def calibration_takes(run_root: Path) -> dict[int, list[tuple[Node, ...]]]:
     """Each measured rank's nodes in every take a calibration left in ``run_root`` (:func:`take_dir`),
     in take order."""
@@ -175,7 +183,7 @@ def calibrate_run(
     before each slice (done = slices finished) and once at the end. ``device``: the
     :class:`EmulateOptions` layout fields (device_path, sandbox_gpus, assistant_gpus): the slices run
     on the same data path as the emulation. ``merge``: how each rank's takes become its measured
-    nodes (:data:`~prism.calibration.MERGES`, :func:`~prism.calibration.merge_takes`)."""
+    nodes (:data:`~prism.calibration.MERGES`, :func:`~prism.calibration.merge_slice`)."""
     if merge not in MERGES:
         raise PrismError(f"calibration merge {merge!r}: one of {', '.join(MERGES)}")
     started = time.time()
@@ -221,8 +229,7 @@ def calibrate_run(
                 if k == 0:
                     summaries[r] = dataclasses.replace(record.summary, rank=r)
                     steps[r] = tuple(record.summary.step_times_ns)
-        for r in ranks:
-            measured[r] = merge_takes(takes[r], skip_steps, merge)
+        measured.update(merge_slice(takes, skip_steps, merge))
         results.append(SliceResult(ranks, time.time() - t0, steps))
         probes.append(probe_ms())
         log.info("slice %d/%d ranks %s: %.1f s", i + 1, len(slices), list(ranks), time.time() - t0)

@@ -9,12 +9,14 @@ from prism.calibration import (
     calibrate,
     crowded_slices,
     median_of_takes,
+    merge_slice,
     merge_takes,
     plan_slices,
     representatives,
     rotated_takes,
     settle_warmup,
     typical_steps,
+    typical_takes,
 )
 from prism.core.errors import GraphError
 from prism.graph.records import NodeKind, RankSummary
@@ -230,3 +232,21 @@ def test_with_the_takes_spans_step_by_step_a_collective_waits_for_that_steps_slo
     # each step; kept step by step, every barrier waits for the slow one, as in the real run.
     assert calibrated("median") == (16, 16, 16, 16)
     assert calibrated("rotated") == (21, 21, 21, 21)
+
+
+def test_a_take_the_host_slowed_as_a_whole_is_left_out_of_the_rotation():
+    # A slice of two ranks measured three times; in take 0 the host ran 10 % slow throughout (tp-sleep
+    # on 16 cores, session 43: one take +8.8 %, the others +0.8 / +1.7 %).
+    def take(scale):
+        return parse_graph(_steps_graph({r: [int(100 * scale)] * 5 for r in (0, 1)})).nodes
+    takes = {r: [take(1.10)[r], take(1.0)[r], take(1.02)[r]] for r in (0, 1)}
+    assert typical_takes(takes, skip_steps=1) == [1, 2]
+    merged = merge_slice(takes, 1, "rotated")
+    for r in (0, 1):
+        # measured step s from the kept takes in turn: 1, 2, 1, 2; the warm-up step from the first kept
+        assert [n.duration_ns for n in merged[r] if n.kind is NodeKind.COMPUTE] == [100, 100, 102, 100, 102]
+    # within 3 % of the median take every take is rotated in, and the median merge sees every take
+    near = {r: [take(1.02)[r], take(1.0)[r], take(0.99)[r]] for r in (0, 1)}
+    assert typical_takes(near, skip_steps=1) == [0, 1, 2]
+    assert merge_slice(takes, 1, "median")[0] == merge_takes(takes[0], 1, "median")
+    assert typical_takes({r: ts[:2] for r, ts in takes.items()}, skip_steps=1) == [0, 1]  # two takes: both
