@@ -37,7 +37,11 @@ def synthetic(tmp_path_factory, name, *, dp, pp, fwd_ms=5, extra=()):
 
 @pytest.fixture(scope="module")
 def slow_replica(tmp_path_factory):
-    return synthetic(tmp_path_factory, "slowrep", dp=2, pp=1, extra=("--slow-replica", "1", "--slow-replica-factor", "1.6"))
+    # microbatches of 60 ms on the slow replica: the skew stays well above what a loaded host's
+    # scheduling adds to each sleep and message (at 5 ms a CI run under load named a step H2, or
+    # put more than 0.75 of the work in R3)
+    return synthetic(tmp_path_factory, "slowrep", dp=2, pp=1, fwd_ms=20,
+                     extra=("--slow-replica", "1", "--slow-replica-factor", "1.6"))
 
 
 @pytest.fixture(scope="module")
