@@ -41,6 +41,7 @@ __all__ = [
     "run_neighbor_side",
     "run_party",
     "start_party",
+    "start_sandbox_side",
     "run_in_process",
     "neighbor_ranks",
     "pruned_steps",
@@ -296,12 +297,43 @@ def run_sandbox_side(
     :class:`SandboxParty` for what ``data`` is per op). ``recorded`` is needed only for the tree's
     root selection and for the divergence flag; the ring steps themselves need nothing recorded.
     ``out``: where the result is built (:class:`SandboxParty`)."""
+    return start_sandbox_side(transport, algo, rank, data, group_size=group_size, reduce_op=reduce_op, root=root,
+                              peer=peer, premul=premul, in_splits=in_splits, out_splits=out_splits,
+                              recorded=recorded, out=out, tag_base=tag_base, timeout_s=timeout_s)()
+
+
+def start_sandbox_side(
+    transport: Transport,
+    algo: Algo,
+    rank: int,
+    data: torch.Tensor,
+    *,
+    group_size: int,
+    reduce_op: str = "",
+    root: int = 0,
+    peer: int = -1,
+    premul: float | None = None,
+    in_splits: Sequence[int] | None = None,
+    out_splits: Sequence[int] | None = None,
+    recorded: RecordedCollective | None = None,
+    out: torch.Tensor | None = None,
+    tag_base: int = 0,
+    timeout_s: float = 120.0,
+) -> Callable[[], SandboxResult]:
+    """:func:`run_sandbox_side` in two halves: build the party and post its first step now
+    (:func:`start_party`); the returned function drives the rest and gives the result (the ``live``
+    engine may begin an op on the script's thread and finish it on the op's channel thread)."""
     party = SandboxParty(
         algo, rank, data, group_size=group_size, reduce_op=reduce_op, root=root, peer=peer,
         premul=premul, in_splits=in_splits, out_splits=out_splits, recorded=recorded, out=out,
     )
-    traffic = run_party(party, transport, group_size, tag_base=tag_base, timeout_s=timeout_s)
-    return SandboxResult(party.output(), party.diverged, traffic)
+    finish = start_party(party, transport, group_size, tag_base=tag_base, timeout_s=timeout_s)
+
+    def result() -> SandboxResult:
+        traffic = finish()
+        return SandboxResult(party.output(), party.diverged, traffic)
+
+    return result
 
 
 def run_neighbor_side(

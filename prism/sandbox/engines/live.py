@@ -1,8 +1,8 @@
 """The ``live`` engine: a sandbox rank speaks the real (pruned) collective algorithms.
 
 Every op becomes one pruned collective per tensor (:func:`~prism.nccl_patches.vplan.op_parts`),
-run as :func:`~prism.nccl_patches.run_sandbox_side` runs it (a ``SandboxParty`` driven by
-``start_party``) over the transport of the op's group. The
+run by :func:`~prism.nccl_patches.pruned.start_sandbox_side` (:func:`~prism.nccl_patches.run_sandbox_side`
+in two halves) over the transport of the op's group. The
 transport of a group connects its sandbox members and, when it has vranks, the replayer that
 hosts them (:func:`~prism.nccl_patches.vplan.endpoint_plan`); sandbox members talk directly. A
 group of two sandbox ranks and no vrank runs on a real gloo group instead (``passthrough``; outside
@@ -64,7 +64,7 @@ from prism.core.cprofile import profiled
 from prism.core.errors import MismatchError, PrismError
 from prism.core.layout import DEVICE_DATA_PATHS
 from prism.graph.records import CommOp
-from prism.nccl_patches.pruned import start_party
+from prism.nccl_patches.pruned import SandboxResult, start_sandbox_side
 from prism.nccl_patches.compensation import (
     RecordedCollective,
     describe,
@@ -188,10 +188,9 @@ class _Layout:
 
 @dataclass(frozen=True, slots=True)
 class _Begun:
-    """A part whose party has posted its first step; ``finish`` drives the rest (``start_party``)."""
+    """A part whose party has posted its first step; ``finish`` drives the rest (``start_sandbox_side``)."""
 
-    party: SandboxParty
-    finish: Callable[[], dict]
+    finish: Callable[[], SandboxResult]
     diverged: bool
     """Its input differs from the record's (the party may find a divergence of its own later)."""
 
@@ -609,7 +608,7 @@ class LiveEngine(CommEngine):
     def _begin_part(self, req: CommRequest, layout: _Layout, i: int, transport: WideTagTransport,
                     rec: RecordedCollective | None) -> _Begun:
         """Check part ``i``'s input against its record (``rec``), build its party and post the party's
-        first step (``start_party``); the rest is driven by the returned ``finish``."""
+        first step (``start_sandbox_side``); the rest is driven by the returned ``finish``."""
         g, part = req.group, layout.parts[i]
         n, me = g.size, g.group_rank
         diverged = False
@@ -620,10 +619,10 @@ class LiveEngine(CommEngine):
         tag_base = p2p_tag_base(req.seq, i, n, part.root) if is_p2p else collective_tag_base(req.seq, i, n)
         # The record names the algorithm the collector chose (NCCL_ALGO=Tree: a tree all-reduce).
         algo = rec.algo if rec is not None and req.op is CommOp.ALL_REDUCE else part.algo
-        party = SandboxParty(algo, me, part.data, recorded=rec, out=_result_buffer(req, i, part.data, layout.outputs),
-                             **self._party_kw(req, layout, part))
-        finish = start_party(party, transport, n, tag_base=tag_base, timeout_s=self.timeout_s)
-        return _Begun(party, finish, diverged)
+        finish = start_sandbox_side(transport, algo, me, part.data, recorded=rec, tag_base=tag_base,
+                                    out=_result_buffer(req, i, part.data, layout.outputs), timeout_s=self.timeout_s,
+                                    **self._party_kw(req, layout, part))
+        return _Begun(finish, diverged)
 
     def _record_of(self, req: CommRequest, i: int) -> RecordedCollective | None:
         g = req.group
@@ -659,10 +658,10 @@ class LiveEngine(CommEngine):
                 outs.append(SandboxParty(part.algo, me, part.data, **self._party_kw(req, layout, part)).output())
                 continue
             begun = early.begun if early is not None else self._begin_part(req, layout, i, transport, self._record_of(req, i))
-            traffic = begun.finish()
-            outs.append(begun.party.output())
-            diverged |= begun.diverged or begun.party.diverged
-            num_bytes += sum(t.num_bytes for t in traffic.values())
+            res = begun.finish()
+            outs.append(res.output)
+            diverged |= begun.diverged or res.diverged
+            num_bytes += sum(t.num_bytes for t in res.traffic.values())
         _write_outputs(req, outs, me, layout.root)
         self._done(req, diverged, snapshot, num_bytes)
 
