@@ -285,6 +285,9 @@ class RecordedCollective:
     before the block sends). Zeros for chunk ``b-1`` (never sent)."""
     subtree_partials: Mapping[int, torch.Tensor] = field(default_factory=dict)
     """Tree: for each vrank child of a sandbox node, its recorded unfinished subtree reduction."""
+    partner_inputs: Mapping[int, torch.Tensor] = field(default_factory=dict)
+    """An all-reduce of a group of two with one sandbox rank: the other member's whole input, keyed
+    by the sandbox rank; what the vrank sends when the op runs as one exchange (:mod:`.pair`)."""
     in_splits: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     """All-to-all: rows each sandbox rank sends to each group rank."""
     out_splits: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
@@ -333,6 +336,8 @@ class RecordedCollective:
         elif self.algo is Algo.TREE_ALL_REDUCE:
             kw["subtree_partials"] = {c: values.tree_partial(c) for s in subset for c in tree_children(s, n)
                                       if c not in subset}
+        if self.algo in (Algo.RING_ALL_REDUCE, Algo.TREE_ALL_REDUCE) and n == 2 and len(subset) == 1:
+            kw["partner_inputs"] = {subset[0]: self.inputs[1 - subset[0]]}
         return RecordedCollective(self.algo, n, subset, reduce_op=self.reduce_op, root=self.root, peer=self.peer,
                                   row_numel=self.row_numel, **kw)
 
@@ -391,6 +396,8 @@ def record_for_sandbox(
             }
         else:
             kw["entry_partials"] = _entry_partials(own, reduce_op, sandbox)
+        if algo is not Algo.RING_REDUCE_SCATTER and n == 2 and len(sandbox) == 1:
+            kw["partner_inputs"] = {sandbox[0]: flat[1 - sandbox[0]]}
     elif algo is Algo.RING_ALL_GATHER:
         kw["outputs"] = dict.fromkeys(sandbox, torch.cat(flat))
     elif algo is Algo.CHAIN_BROADCAST:

@@ -154,6 +154,7 @@ def save_recorded(directory: str | Path, key: str, rec: RecordedCollective) -> P
     tensors.update({f"in.{g}": t for g, t in rec.inputs.items()})
     tensors.update({f"entry.{g}": t for g, t in rec.entry_partials.items()})
     tensors.update({f"sub.{g}": t for g, t in rec.subtree_partials.items()})
+    tensors.update({f"partner.{g}": t for g, t in rec.partner_inputs.items()})
     meta = {
         "algo": rec.algo.value,
         "group_size": str(rec.group_size),
@@ -228,6 +229,7 @@ def load_recorded(directory: str | Path, key: str, *, indexed: bool = False,
         premul={int(k): v for k, v in json.loads(meta["premul"]).items()},
         entry_partials=by_rank("entry"),
         subtree_partials=by_rank("sub"),
+        partner_inputs=by_rank("partner"),
         in_splits={int(k): tuple(v) for k, v in json.loads(meta["in_splits"]).items()},
         out_splits={int(k): tuple(v) for k, v in json.loads(meta["out_splits"]).items()},
         row_numel=int(meta["row_numel"]),

@@ -41,7 +41,7 @@ from prism.core.layout import DEVICE_DATA_PATHS
 from prism.core.workerspec import error_path
 from prism.graph.io import read_graph
 from prism.graph.records import CommOp, Node
-from prism.nccl_patches import neighbor_ranks, pruned_steps
+from prism.nccl_patches import neighbor_ranks, pair, pruned_steps
 from prism.nccl_patches.parties import NeighborParty
 from prism.nccl_patches.pruned import start_party
 from prism.nccl_patches.recorded_store import RecordedStore, collective_key, p2p_key
@@ -147,6 +147,9 @@ class Replayer:
                 clock = CoSimClock(timed, self.sandbox, served=served, timeout_s=spec.timeout_s)
         self.clock = clock or AsapClock()
         self.store = RecordedStore(spec.recorded_dir)
+        self._pairs = pair.enabled()
+        """Groups of two with one vrank exchange once per all-reduce, all-gather and reduce-scatter
+        (the host path; the device path's server runs its own)."""
         self._lock = threading.Lock()
         self._timeout = datetime.timedelta(seconds=spec.timeout_s)
         self._transports: dict[str, WideTagTransport] = {}
@@ -292,6 +295,9 @@ class Replayer:
                 in_flight.append(detached.submit(self._message_done, ch, node, vrank, work, num_bytes, last))
 
     def _serve_collective(self, ch: Channel, node: Node, transport: WideTagTransport) -> None:
+        if self._pairs and pair.runs_as_pair(node.op, node.reduce_op, ch.members, self.sandbox):
+            self._serve_pair(ch, node, transport)
+            return
         n = len(ch.members)
         parts = []
         for part, rec in enumerate(self._records(ch, node)):
@@ -307,6 +313,32 @@ class Replayer:
             finish = start_party(party, transport, n, tag_base=collective_tag_base(node.seq, part, n),
                                  timeout_s=self.spec.timeout_s)
             self._played(ch, node, party, finish, last)
+        self.clock.collective_done(node)
+
+    def _serve_pair(self, ch: Channel, node: Node, transport: WideTagTransport) -> None:
+        """The vrank's end of a pair's exchange (:mod:`prism.nccl_patches.pair`): per part, one send of
+        what the collector recorded and one receive of the sandbox rank's, posted at the vrank's
+        issue."""
+        what = f"{node.op.value} on group {ch.group_id} seq {node.seq}"
+        (vrank,) = (r for r in ch.members if r not in self.sandbox)
+        v = ch.members.index(vrank)
+        s = 1 - v
+        exchanges = []
+        for part, rec in enumerate(self._records(ch, node)):  # what it sends, before the vrank is due
+            exchanges.append((part, pair.vrank_sends(node.op, rec, what).contiguous(),
+                              torch.empty(pair.vrank_receive_numel(node.op, rec), dtype=rec.inputs[s].dtype)))
+        self.clock.wait_until_issue(vrank, node)
+        works = []
+        for part, sent, buf in exchanges:
+            works.append(transport.send(sent, v, s, pair.pair_tag(node.seq, part, v)))
+            works.append(transport.recv(buf, s, v, pair.pair_tag(node.seq, part, s)))
+        for work in works:
+            if not work.wait(self._timeout):
+                raise PrismError(f"{what}: timed out after {self.spec.timeout_s}s")
+        self.clock.on_complete(vrank, node)
+        with self._lock:
+            self.num_steps += len(exchanges)
+            self.traffic_bytes += sum(sent.numel() * sent.element_size() for _, sent, _ in exchanges)
         self.clock.collective_done(node)
 
     def _thread(self, ch: Channel) -> None:

@@ -38,6 +38,9 @@ def test_emulated_ranks_equal_the_collected_run_bitwise(name, collected_with_val
         assert all((math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(got.losses, want, strict=True)), \
             (name, r, got.losses, want)
     assert any(not math.isnan(x) for r in sandbox for x in result.ranks[r].losses), "no sandbox rank has a loss"
+    if name == "hybrid":  # its TP pairs and 2-rank FSDP groups each hold one vrank: one exchange per op
+        assert all(json.loads((result.out_dir / f"rank-{r:05d}.live.json").read_text())["pair_exchanges"] > 0
+                   for r in sandbox)
 
 
 def test_a_subset_of_the_collected_values_ranks_emulates_bitwise_from_derived_data(tmp_path):
@@ -78,9 +81,12 @@ def test_nccl_algo_tree_runs_all_reduces_as_the_pruned_tree_with_the_collected_v
 def test_collectives_begun_on_the_scripts_thread_keep_the_collected_values(collected_with_values, monkeypatch):
     # PRISM_LIVE_EARLY_START=1: a small collective's first ring step leaves from the script's thread
     # at its issue; the channel thread drives the rest of the ring (docs/emulate.md, session 43).
+    # Hybrid's small collectives are all in pairs with a vrank, which exchange once instead of
+    # running the ring: PRISM_PAIR_EXCHANGE=0 keeps them on it, as before.
     sandbox = SANDBOXES["hybrid"]
     run, collected = collected_with_values("hybrid", sandbox)
     monkeypatch.setenv("PRISM_LIVE_EARLY_START", "1")
+    monkeypatch.setenv("PRISM_PAIR_EXCHANGE", "0")
     result = emulate(run, EmulateOptions(ranks=sandbox, timeout_s=300, memory=ONE_PASS))
     for r in sandbox:
         got = result.ranks[r]

@@ -74,6 +74,7 @@ from prism.nccl_patches.compensation import (
     same_bits,
     same_bits_as,
 )
+from prism.nccl_patches import pair
 from prism.nccl_patches.parties import SandboxParty
 from prism.nccl_patches.recorded_store import RecordedStore, collective_key, p2p_key, write_capture
 from prism.nccl_patches.schedule import Algo
@@ -164,6 +165,11 @@ class _Posted:
     num_bytes: int
     checked_later: bool = False
     """A send whose divergence check was deferred (:meth:`LiveEngine._defer_send_check`)."""
+    layout: _Layout | None = None
+    """A collective run as a pair's exchange (:mod:`prism.nccl_patches.pair`): its parts; ``bufs``
+    then holds each part's data (what the divergence check compares) and ``received`` what the vrank
+    sent."""
+    received: list[torch.Tensor] | None = None
 
 
 _DEFERRED_CHECKS = 64
@@ -289,6 +295,10 @@ class LiveEngine(CommEngine):
             # order is prism's ring's, the one the recorded data holds.
             self._real = PassthroughEngine(cuda_backend="gloo", timeout_s=timeout_s, eager_completion=eager_completion)
         self._real_groups: set[str] = set()
+        self._pairs = pair.enabled() and self._lanes is None
+        """A group of two with one vrank runs its all-reduce, all-gather and reduce-scatter as one
+        exchange posted at the issue (:mod:`prism.nccl_patches.pair`); the replayer decides alike."""
+        self._num_pair = 0
         self._early_start = os.environ.get(_EARLY_START_ENV) == "1"
         """Small collectives begin on the script's thread (:meth:`_start_early`); off by default until
         measured on 16 cores."""
@@ -394,6 +404,20 @@ class LiveEngine(CommEngine):
         if self._recorded is not None and not ch.preloaded and request.op is not CommOp.RECV:
             self._recorded.prefetch(self._key(request, 0, seq=s)
                                     for s in range(request.seq, request.seq + 1 + _PREFETCH_OPS))
+        if not p2p and self._runs_as_pair(request) and not any(t.is_cuda for t in (*request.inputs, *request.outputs)):
+            transport = self._transports.get(gid)  # connected at the group's creation; else on its channel
+            if transport is not None:
+                try:
+                    with untracked():
+                        posted = self._post_pair(request, self._layout(request, request.inputs, request.outputs),
+                                                 transport)
+                except BaseException as e:  # noqa: BLE001 - delivered to the waiter
+                    failed = torch.futures.Future()
+                    failed.set_exception(e)
+                    return failed
+                if self._recorded is not None:
+                    self._defer_send_check(request, posted, ch)
+                return self._claims.future(channel, (request, snapshot, posted, ch), self._finish_here, self._to_channel)
         transport = self._transports.get(gid) if p2p else None
         if transport is None:  # collectives, and a group's first messages (its transport connects there)
             if any(t.is_cuda for t in (*request.inputs, *request.outputs)):
@@ -432,11 +456,13 @@ class LiveEngine(CommEngine):
 
     def _finish_here(self, future: torch.futures.Future, req: CommRequest, snapshot, posted: _Posted,
                      _ch: _Channel) -> Callable[[], None]:
+        if posted.layout is not None:
+            return self._finish_pair(req, future, snapshot, posted)
         return self._finish_p2p(req, future, snapshot, posted)
 
     def _to_channel(self, future: torch.futures.Future, req: CommRequest, snapshot, posted: _Posted,
                     ch: _Channel) -> None:
-        ch.queue.put((self._finish_p2p, req, future, snapshot, posted))
+        ch.queue.put((self._finish_pair if posted.layout is not None else self._finish_p2p, req, future, snapshot, posted))
 
     def _new_channel(self, channel: tuple, request: CommRequest) -> _Channel:
         with self._lock:
@@ -578,6 +604,68 @@ class LiveEngine(CommEngine):
             self._diverged.extend(diverged)
         return _nothing
 
+    # ------------------------------------------------------------------------------ a pair
+
+    def _runs_as_pair(self, req: CommRequest) -> bool:
+        return self._pairs and pair.runs_as_pair(req.op, req.reduce_op, req.group.ranks, self.sandbox)
+
+    def _post_pair(self, req: CommRequest, layout: _Layout, transport: WideTagTransport) -> _Posted:
+        """Post each part's send to the vrank and receive from it, on the calling thread (gloo moves
+        them in its own threads, as it runs a real pair's collective). A recorded input of another
+        size or dtype stops the op first, naming it (:meth:`_unusable_record`), as on the ring."""
+        me = req.group.group_rank
+        other = 1 - me
+        for i, part in enumerate(layout.parts):
+            rec = self._record_of(req, i)
+            mine = rec.inputs.get(me) if rec is not None else None
+            if mine is not None and not matches_record(part.data, mine):
+                self._unusable_record(layout.what, req.group, part.data, mine)
+        works, data, received, num_bytes = [], [], [], 0
+        for i, part in enumerate(layout.parts):
+            sent = pair.sandbox_sends(req.op, part.data, me)
+            if not sent.is_contiguous():
+                sent = sent.contiguous()
+            buf = torch.empty(pair.sandbox_receive_numel(req.op, part.data.numel(), me), dtype=part.data.dtype)
+            works.append(transport.send(sent, me, other, pair.pair_tag(req.seq, i, me)))
+            works.append(transport.recv(buf, other, me, pair.pair_tag(req.seq, i, other)))
+            data.append(part.data)
+            received.append(buf)
+            num_bytes += sent.numel() * sent.element_size()
+        with self._lock:
+            self._num_pair += 1
+        return _Posted(works, data, [None] * len(data), me, num_bytes, layout=layout, received=received)
+
+    def _pair_outputs(self, req: CommRequest, posted: _Posted) -> bool:
+        """Wait for a pair's exchange, write the results to the op's outputs; whether the rank's
+        input diverged from the record (unless checked in a batch later)."""
+        layout = posted.layout
+        for work in posted.works:
+            if not work.wait(self._timeout):
+                raise PrismError(f"rank {self.rank}: {req.op.value} on group {req.group.group_id} "
+                                 f"seq {req.seq} timed out after {self.timeout_s}s")
+        me = req.group.group_rank
+        diverged = False
+        outs = []
+        with torch.no_grad(), untracked():  # prism's own buffers, as the ring's on its channel thread
+            for i, (data, received) in enumerate(zip(posted.bufs, posted.received, strict=True)):
+                if self._recorded is not None and not posted.checked_later:
+                    rec = self._recorded.get(self._key(req, i))
+                    mine = rec.inputs.get(me) if rec is not None else None
+                    diverged |= mine is not None and not same_bits(data.reshape(-1), mine)
+                outs.append(pair.pair_result(req.op, layout.reduce_op, me, data.reshape(-1), received))
+            _write_outputs(req, outs, me, layout.root)
+        return diverged
+
+    def _finish_pair(self, req: CommRequest, future: torch.futures.Future, snapshot,
+                     posted: _Posted) -> Callable[[], None]:
+        try:
+            diverged = self._pair_outputs(req, posted)
+            self._done(req, diverged, snapshot, posted.num_bytes)
+        except BaseException as e:  # noqa: BLE001 - delivered to the waiter
+            log.debug("rank %d: %s %s:%d failed", self.rank, req.op.value, req.group.group_id, req.seq, exc_info=True)
+            return functools.partial(future.set_exception, e)
+        return functools.partial(self._complete, future, req.outputs, req.extra)
+
     # ------------------------------------------------------------------------------ one op
 
     def _key(self, req: CommRequest, part: int, *, seq: int | None = None) -> str:
@@ -653,6 +741,10 @@ class LiveEngine(CommEngine):
         diverged = False
         num_bytes = 0
         transport = self._transport(g) if n > 1 else None
+        if early is None and self._runs_as_pair(req):
+            posted = self._post_pair(req, layout, transport)
+            self._done(req, self._pair_outputs(req, posted), snapshot, posted.num_bytes)
+            return
         for i, part in enumerate(layout.parts):
             if transport is None:
                 outs.append(SandboxParty(part.algo, me, part.data, **self._party_kw(req, layout, part)).output())
@@ -760,6 +852,7 @@ class LiveEngine(CommEngine):
             "lane_kinds": lane_kinds,
             "num_ops": self._num_ops + (lanes.num_ops if lanes is not None else 0),
             "early_starts": self._num_early,
+            "pair_exchanges": self._num_pair,
             "diverged_ops": self._diverged,
             "num_transports": len(self._transports),
             "num_connections": sum(t.pg.size() - 1 for t in self._transports.values()),
