@@ -43,6 +43,7 @@ they are listed in ``<out_dir>/rank-R.live.json`` with the op count, traffic and
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import json
@@ -108,6 +109,14 @@ _PREFETCH_OPS = 4
 """Ops of a channel whose recorded data is loaded ahead of the one being submitted."""
 
 
+def _no_python_dispatch():
+    """prism's own torch ops on the script's thread skip the Python dispatch modes there (the CPU
+    memory tracker's costs tens of µs per op on the 2-core host, and counts nothing inside
+    ``untracked()`` anyway); torch versions without the guard run them through the modes."""
+    guard = getattr(torch._C, "_DisableTorchDispatch", None)
+    return guard() if guard is not None else contextlib.nullcontext()
+
+
 def live_result_path(out_dir: str | Path, rank: int) -> Path:
     return Path(out_dir) / f"rank-{rank:05d}.live.json"
 
@@ -166,10 +175,12 @@ class _Posted:
     checked_later: bool = False
     """A send whose divergence check was deferred (:meth:`LiveEngine._defer_send_check`)."""
     layout: _Layout | None = None
-    """A collective run as a pair's exchange (:mod:`prism.nccl_patches.pair`): its parts; ``bufs``
-    then holds each part's data (what the divergence check compares) and ``received`` what the vrank
-    sent."""
+    """A collective run as a pair's exchange (:mod:`prism.nccl_patches.pair`): its parts. ``bufs``
+    then holds each part's data, ``received`` what the vrank sent, ``targets`` each part's recorded
+    output where the part's input was the recorded one (else None), and ``diverged`` whether an
+    input differs from the record."""
     received: list[torch.Tensor] | None = None
+    diverged: bool = False
 
 
 _DEFERRED_CHECKS = 64
@@ -214,6 +225,7 @@ _EARLY_MAX_BYTES = 1 << 20
 """Larger ops are begun on their channel thread: their input check and first step cost the script's
 thread more than their start-up latency costs the op."""
 _EARLY_START_ENV = "PRISM_LIVE_EARLY_START"
+_PAIR_ALGOS = frozenset(a.value for a in (Algo.RING_ALL_REDUCE, Algo.RING_ALL_GATHER, Algo.RING_REDUCE_SCATTER))
 
 
 class LiveEngine(CommEngine):
@@ -299,6 +311,7 @@ class LiveEngine(CommEngine):
         """A group of two with one vrank runs its all-reduce, all-gather and reduce-scatter as one
         exchange posted at the issue (:mod:`prism.nccl_patches.pair`); the replayer decides alike."""
         self._num_pair = 0
+        self._pair_groups: set[str] = set()
         self._early_start = os.environ.get(_EARLY_START_ENV) == "1"
         """Small collectives begin on the script's thread (:meth:`_start_early`); off by default until
         measured on 16 cores."""
@@ -346,18 +359,24 @@ class LiveEngine(CommEngine):
 
     def _own_part(self, key: str, entry: dict) -> Callable[[str], bool] | None:
         """What this rank reads of a record: its own input (all a ring, chain, direct or P2P
-        record is needed for here: the divergence flag); a tree all-reduce whole (its root selects
-        recorded values). A record also holds the neighbor vranks' entry partials and the outputs,
+        record is needed for here: the divergence flag), with the outputs in a pair with a vrank
+        (:meth:`_post_pair`); a tree all-reduce whole (its root selects recorded values). A record also holds the neighbor vranks' entry partials and the outputs,
         which the replayer reads: read here, they would triple the rank's loads and the memory they
         take beside the script."""
-        group_rank = self._group_ranks.get(key.split("/", 2)[1])
+        gid = key.split("/", 2)[1]
+        group_rank = self._group_ranks.get(gid)
         if group_rank is None or entry.get("algo") == Algo.TREE_ALL_REDUCE.value:
             return None
         own = f"in.{group_rank}"
+        if gid in self._pair_groups and entry.get("algo") in _PAIR_ALGOS:
+            # A pair's exchange writes the recorded output where the input is the recorded one.
+            return {own, "out", f"out.{group_rank}"}.__contains__
         return own.__eq__
 
     def create_group(self, group: GroupHandle, store: object) -> None:
         self._group_ranks[group.group_id] = group.group_rank
+        if self._pairs and group.size == 2 and sum(r in self.sandbox for r in group.ranks) == 1:
+            self._pair_groups.add(group.group_id)
         if self._real is not None and self._runs_real(group):
             self._real.create_group(group, store)
             self._real_groups.add(group.group_id)
@@ -408,15 +427,13 @@ class LiveEngine(CommEngine):
             transport = self._transports.get(gid)  # connected at the group's creation; else on its channel
             if transport is not None:
                 try:
-                    with untracked():
+                    with untracked(), _no_python_dispatch():
                         posted = self._post_pair(request, self._layout(request, request.inputs, request.outputs),
                                                  transport)
                 except BaseException as e:  # noqa: BLE001 - delivered to the waiter
                     failed = torch.futures.Future()
                     failed.set_exception(e)
                     return failed
-                if self._recorded is not None:
-                    self._defer_send_check(request, posted, ch)
                 return self._claims.future(channel, (request, snapshot, posted, ch), self._finish_here, self._to_channel)
         transport = self._transports.get(gid) if p2p else None
         if transport is None:  # collectives, and a group's first messages (its transport connects there)
@@ -610,16 +627,23 @@ class LiveEngine(CommEngine):
         return self._pairs and pair.runs_as_pair(req.op, req.reduce_op, req.group.ranks, self.sandbox)
 
     def _post_pair(self, req: CommRequest, layout: _Layout, transport: WideTagTransport) -> _Posted:
-        """Post each part's send to the vrank and receive from it, on the calling thread (gloo moves
-        them in its own threads, as it runs a real pair's collective). A recorded input of another
-        size or dtype stops the op first, naming it (:meth:`_unusable_record`), as on the ring."""
+        """Check each part's input against its record and post its send to the vrank and its receive
+        from it, on the calling thread (gloo moves them in its own threads, as it runs a real pair's
+        collective). A recorded input of another size or dtype stops the op first, naming it
+        (:meth:`_unusable_record`), as on the ring."""
         me = req.group.group_rank
         other = 1 - me
+        results: list[torch.Tensor | None] = []
+        diverged = False
         for i, part in enumerate(layout.parts):
             rec = self._record_of(req, i)
             mine = rec.inputs.get(me) if rec is not None else None
             if mine is not None and not matches_record(part.data, mine):
                 self._unusable_record(layout.what, req.group, part.data, mine)
+            same = mine is not None and same_bits(part.data, mine)
+            diverged |= mine is not None and not same
+            # An unchanged input's result is the recorded output (what the ring's compensation gives).
+            results.append(rec.outputs.get(me) if same else None)
         works, data, received, num_bytes = [], [], [], 0
         for i, part in enumerate(layout.parts):
             sent = pair.sandbox_sends(req.op, part.data, me)
@@ -633,28 +657,24 @@ class LiveEngine(CommEngine):
             num_bytes += sent.numel() * sent.element_size()
         with self._lock:
             self._num_pair += 1
-        return _Posted(works, data, [None] * len(data), me, num_bytes, layout=layout, received=received)
+        return _Posted(works, data, results, me, num_bytes, layout=layout, received=received, diverged=diverged)
 
     def _pair_outputs(self, req: CommRequest, posted: _Posted) -> bool:
-        """Wait for a pair's exchange, write the results to the op's outputs; whether the rank's
-        input diverged from the record (unless checked in a batch later)."""
+        """Wait for a pair's exchange and write its results to the op's outputs: the recorded output
+        of a part whose input was the recorded one, else the reduction of the rank's input and what
+        the vrank sent. Returns whether the input diverged from the record."""
         layout = posted.layout
         for work in posted.works:
             if not work.wait(self._timeout):
                 raise PrismError(f"rank {self.rank}: {req.op.value} on group {req.group.group_id} "
                                  f"seq {req.seq} timed out after {self.timeout_s}s")
         me = req.group.group_rank
-        diverged = False
-        outs = []
-        with torch.no_grad(), untracked():  # prism's own buffers, as the ring's on its channel thread
-            for i, (data, received) in enumerate(zip(posted.bufs, posted.received, strict=True)):
-                if self._recorded is not None and not posted.checked_later:
-                    rec = self._recorded.get(self._key(req, i))
-                    mine = rec.inputs.get(me) if rec is not None else None
-                    diverged |= mine is not None and not same_bits(data.reshape(-1), mine)
-                outs.append(pair.pair_result(req.op, layout.reduce_op, me, data.reshape(-1), received))
+        with torch.no_grad(), untracked(), _no_python_dispatch():
+            outs = [recorded if recorded is not None else
+                    pair.pair_result(req.op, layout.reduce_op, me, data, received)
+                    for data, received, recorded in zip(posted.bufs, posted.received, posted.targets, strict=True)]
             _write_outputs(req, outs, me, layout.root)
-        return diverged
+        return posted.diverged
 
     def _finish_pair(self, req: CommRequest, future: torch.futures.Future, snapshot,
                      posted: _Posted) -> Callable[[], None]:
