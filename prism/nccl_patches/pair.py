@@ -44,8 +44,8 @@ __all__ = ["PAIR_OPS", "enabled", "runs_as_pair", "pair_tag", "sandbox_sends", "
 PAIR_OPS = frozenset({CommOp.ALL_REDUCE, CommOp.ALL_GATHER, CommOp.REDUCE_SCATTER})
 
 _PAIR_BASE = 2**29
-"""Below the messages' tags (2**30), above every collective's (at most 2·n²·64 for the groups that
-use them here)."""
+"""Between a group of two's ring tags (below 2·n²·64 = 512, :func:`~.vplan.collective_tag_base`) and
+its message tags (from 2**30, :func:`~.vplan.p2p_tag_base`)."""
 _PAIR_WINDOW = 16
 _PARTS = 16
 

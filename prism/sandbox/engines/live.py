@@ -32,6 +32,11 @@ own thread starts at once, and its channel thread drives the rest (:meth:`LiveEn
 Off by default until measured on 16 cores (docs/emulate.md, "A 2-rank collective with a vrank
 partner").
 
+A group of two with one vrank runs its all-reduce, all-gather and reduce-scatter as one exchange
+(:mod:`~prism.nccl_patches.pair`): checked and posted on the script's thread at its issue like a
+message, completed by the thread that waits for it, the recorded output written then
+(:meth:`LiveEngine._post_pair`, :meth:`LiveEngine._pair_outputs`).
+
 With every rank a sandbox rank and no replayer (``sandbox`` = all), this is a real all-rank run
 whose reductions follow prism's ring order, i.e. the values a collection produces; with
 ``capture_dir`` each rank saves its inputs and outputs of every op (the capture run from which
@@ -359,10 +364,11 @@ class LiveEngine(CommEngine):
 
     def _own_part(self, key: str, entry: dict) -> Callable[[str], bool] | None:
         """What this rank reads of a record: its own input (all a ring, chain, direct or P2P
-        record is needed for here: the divergence flag), with the outputs in a pair with a vrank
-        (:meth:`_post_pair`); a tree all-reduce whole (its root selects recorded values). A record also holds the neighbor vranks' entry partials and the outputs,
-        which the replayer reads: read here, they would triple the rank's loads and the memory they
-        take beside the script."""
+        record is needed for here: the divergence flag), and the outputs too in a pair with a vrank
+        (:meth:`_post_pair` writes them); a tree all-reduce whole (its root selects recorded values).
+        A record also holds the neighbor vranks' entry partials and the outputs, which the replayer
+        reads: read here, they would triple the rank's loads and the memory they take beside the
+        script."""
         gid = key.split("/", 2)[1]
         group_rank = self._group_ranks.get(gid)
         if group_rank is None or entry.get("algo") == Algo.TREE_ALL_REDUCE.value:
