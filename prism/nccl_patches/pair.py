@@ -91,7 +91,7 @@ def sandbox_receive_numel(op: CommOp, numel: int, me: int) -> int:
 
 
 def vrank_sends(op: CommOp, rec: RecordedCollective, what: str) -> torch.Tensor:
-    """What the vrank sends to sandbox group rank ``s`` (the record's one sandbox rank)."""
+    """What the vrank sends to the record's one sandbox rank; ``what`` names the op in an error."""
     (s,) = rec.sandbox
     v = _other(s)
     if op is CommOp.ALL_REDUCE:

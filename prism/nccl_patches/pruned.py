@@ -275,31 +275,12 @@ def run_party(
     return start_party(party, transport, n, tag_base=tag_base, timeout_s=timeout_s)()
 
 
-def run_sandbox_side(
-    transport: Transport,
-    algo: Algo,
-    rank: int,
-    data: torch.Tensor,
-    *,
-    group_size: int,
-    reduce_op: str = "",
-    root: int = 0,
-    peer: int = -1,
-    premul: float | None = None,
-    in_splits: Sequence[int] | None = None,
-    out_splits: Sequence[int] | None = None,
-    recorded: RecordedCollective | None = None,
-    out: torch.Tensor | None = None,
-    tag_base: int = 0,
-    timeout_s: float = 120.0,
-) -> SandboxResult:
+def run_sandbox_side(transport: Transport, algo: Algo, rank: int, data: torch.Tensor, **kw) -> SandboxResult:
     """Run group rank ``rank``'s real steps of ``algo`` with its real ``data`` (see
-    :class:`SandboxParty` for what ``data`` is per op). ``recorded`` is needed only for the tree's
-    root selection and for the divergence flag; the ring steps themselves need nothing recorded.
-    ``out``: where the result is built (:class:`SandboxParty`)."""
-    return start_sandbox_side(transport, algo, rank, data, group_size=group_size, reduce_op=reduce_op, root=root,
-                              peer=peer, premul=premul, in_splits=in_splits, out_splits=out_splits,
-                              recorded=recorded, out=out, tag_base=tag_base, timeout_s=timeout_s)()
+    :class:`SandboxParty` for what ``data`` is per op); the keywords are :func:`start_sandbox_side`'s.
+    ``recorded`` is needed only for the tree's root selection and for the divergence flag; the ring
+    steps themselves need nothing recorded. ``out``: where the result is built (:class:`SandboxParty`)."""
+    return start_sandbox_side(transport, algo, rank, data, **kw)()
 
 
 def start_sandbox_side(
