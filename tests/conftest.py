@@ -39,6 +39,20 @@ def processes_tagged(tag: str) -> list[psutil.Process]:
     return found
 
 
+def peaks_a_real_run_reaches(emulated, first_real, rerun, more: int = 2) -> list:
+    """The real runs' peaks seen until one equals ``emulated``: ``first_real``, then as many as
+    ``more`` further real runs (``rerun(i)`` records one and returns its peaks). A tracked peak
+    that an asynchronous op's input is alive for depends on when the peers arrive, so real runs of
+    one program can disagree (``compare_peak`` in prism/vrank_replayer/fidelity.py); the emulated
+    peak must be one that a real run reaches. ``emulated in`` the result is what a test asserts."""
+    seen = [first_real]
+    for i in range(more):
+        if emulated in seen:
+            break
+        seen.append(rerun(i))
+    return seen
+
+
 EXAMPLE_JOBS = {
     "ddp": EXAMPLES / "ddp/job.yaml",
     "fsdp2": EXAMPLES / "fsdp2/job.yaml",

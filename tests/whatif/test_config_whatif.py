@@ -4,7 +4,8 @@ optimizer-state offload (SGD's momentum in host memory, the update there), or ev
 float64, while vrank 0 keeps the recording; examples/fsdp2 at W=2 likewise with recomputation and
 activation offload. The emulated rank's tracked peaks
 must be the real changed run's to the byte (the tracker is deterministic and gloo's buffers are
-outside it), and the change must move them the way it moves the real run's. One pass each, the
+outside it; for fsdp2, whose asynchronous reduce-scatters make the real peak depend on timing, a
+real run's), and the change must move them the way it moves the real run's. One pass each, the
 tracker inline (the peaks are what is asserted; timing on this host is measured by
 ``bench/config_whatif.py``, bench/results/config_whatif.json)."""
 
@@ -21,7 +22,7 @@ from prism.sandbox.recording import record_job
 from prism.vrank_replayer import EmulateOptions
 from prism.vrank_replayer.calibrate_run import calibrate_run
 from prism.vrank_replayer.emulate_report import emulate_and_report
-from tests.conftest import ASSETS
+from tests.conftest import ASSETS, peaks_a_real_run_reaches
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -138,12 +139,21 @@ def test_fsdp2_the_emulated_rank_has_the_real_changed_runs_peaks_and_ops(fsdp2_u
     row = data["ranks"][str(SANDBOX)]
     assert data["recorded_timed_with_tracker"] is True  # `prism emulate` warns before its "vs recorded"
     assert data["sandbox_timed_with_tracker"] is True  # memory="inline": and that its own steps paid it too
-    real = record_job(dataclasses.replace(fsdp2_job(), env=knob), tmp_path / "real", timeout_s=100,
-                      memory_pass=False)
+    def real_run(name):
+        return record_job(dataclasses.replace(fsdp2_job(), env=knob), tmp_path / name, timeout_s=100,
+                          memory_pass=False)
+
+    def peaks(graph):
+        return graph.summaries[SANDBOX].measured_peak_memory_bytes, graph.summaries[SANDBOX].peak_memory_bytes
+
+    real = real_run("real")
     # FSDP2 gathers a block's parameters once for its backward with or without recomputation: the
     # change keeps the comm sequence and moves the peak
     assert [n.op for n in real.nodes[SANDBOX] if n.op] == [n.op for n in recorded.nodes[SANDBOX] if n.op]
     assert real.summaries[SANDBOX].measured_peak_memory_bytes < 0.75 * recorded.summaries[SANDBOX].measured_peak_memory_bytes
-    assert row["measured_peak_memory_bytes"] == real.summaries[SANDBOX].measured_peak_memory_bytes
-    assert row["peak_memory_bytes"] == real.summaries[SANDBOX].peak_memory_bytes
+    # FSDP2's reduce-scatters are asynchronous: when their inputs are freed depends on the peers
+    # (a real offload run peaked 99,968 B above the emulation once), so a real run must reach it
+    emulated = (row["measured_peak_memory_bytes"], row["peak_memory_bytes"])
+    seen = peaks_a_real_run_reaches(emulated, peaks(real), lambda i: peaks(real_run(f"real{i + 1}")))
+    assert emulated in seen, (emulated, seen)
     assert row["diverged_ops"] == []

@@ -15,7 +15,7 @@ from prism.core.errors import ConfigError, RankOOMError
 from prism.sandbox.recording import record_job
 from prism.vrank_replayer import EmulateOptions, capture_job
 from prism.vrank_replayer.emulate_report import emulate_and_report
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, peaks_a_real_run_reaches
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -81,7 +81,11 @@ def test_the_real_run_routes_as_requested_and_the_hot_rank_emulates_to_its_peak(
     report = emulate_and_report(run, EmulateOptions(ranks=(hot,), timeout_s=150, out_dir=str(tmp_path / "emu")),
                                 use_timed=False)
     row = report.data["ranks"][str(hot)]
-    assert row["measured_peak_memory_bytes"] == peaks[hot]  # to the byte
+    emulated = row["measured_peak_memory_bytes"]
+    seen = peaks_a_real_run_reaches(  # to the byte (one real run in ~40 peaked 4 KiB higher once)
+        emulated, peaks[hot], lambda i: record_job(job_from_dict(job(target)), tmp_path / f"real{i}",
+                                                   timeout_s=150).summaries[hot].measured_peak_memory_bytes)
+    assert emulated in seen, (emulated, seen)
     assert report.data["moe_router"]["groups"]["0"]["1"]["br"] == br1  # its tokens, the recorded ones
     # a cap between the hot rank's peak and the next one: it runs out in the emulation
     second = sorted(peaks.values())[-2]
