@@ -6,6 +6,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -65,23 +66,42 @@ EXAMPLE_JOBS = {
 }
 
 
+def shared_dir(tmp_path_factory, name: str) -> Path:
+    """A directory every pytest-xdist worker of this test session sees (the workers' base
+    directories' parent), for a session fixture's product that one worker makes and the others
+    read (under a ``FileLock``), instead of each worker making its own."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    path.mkdir(exist_ok=True)
+    return path
+
+
 @pytest.fixture(scope="session")
 def recorded_example(tmp_path_factory):
     """``recorded_example(name) -> (job, graph)``: a real run of a bundled example (all ranks,
-    gloo), recorded once per test session and shared by every test that needs it.
+    gloo), recorded once per test session and shared by every test that needs it, on every
+    pytest-xdist worker (the first worker to need it records it, the others read it).
 
     One tracked run instead of ``prism record``'s two passes: no test times these recordings, and
     the separate memory pass (tested in tests/sandbox/test_record_passes.py) would double each one."""
     from prism.core.config import load_job
+    from prism.graph.io import read_graph
     from prism.sandbox.recording import record_job
 
     cache: dict = {}
-    root = tmp_path_factory.mktemp("recorded")
+    root = shared_dir(tmp_path_factory, "recorded")
 
     def get(name: str):
         if name not in cache:
-            job = load_job(EXAMPLE_JOBS[name])
-            cache[name] = (job, record_job(job, root / name, memory_pass=False), root / name)
+            job, run = load_job(EXAMPLE_JOBS[name]), root / name
+            with FileLock(root / f"{name}.lock"):  # another worker may be recording it
+                done = run / "recorded.done"
+                if done.exists():
+                    graph = read_graph(run / "graph" / "real")
+                else:
+                    graph = record_job(job, run, memory_pass=False, replace=True)
+                    done.touch()
+            cache[name] = (job, graph, run)
         return cache[name][:2]
 
     get.run_dir = lambda name: (get(name), cache[name][2])[1]

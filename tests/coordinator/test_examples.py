@@ -1,8 +1,8 @@
 """Every example at W=8 collected on K=2 slots equals the real gloo run: comm sequences op for op
 (100 %, metadata ops included) and every rank's loss per step within fp32 rounding.
 
-One collection per example shared by the checks (module scope); the real recordings are the
-session's (``recorded_example``).
+One collection per example shared by the checks (module scope; an example's tests run on one
+pytest-xdist worker, ``xdist_group``); the real recordings are the session's (``recorded_example``).
 """
 
 import logging
@@ -22,7 +22,10 @@ NAMES = ["ddp", "fsdp2", "tp", "pp", "moe", "hybrid", "synthetic"]
 LOSS_REL_TOL = 1e-5
 
 
-@pytest.fixture(scope="module", params=NAMES)
+EXAMPLES = [pytest.param(n, id=n, marks=pytest.mark.xdist_group(f"example-{n}")) for n in NAMES]
+
+
+@pytest.fixture(scope="module")
 def example(request, tmp_path_factory, recorded_example):
     job, real = recorded_example(request.param)  # the real gloo run, shared with other tests
     run = tmp_path_factory.mktemp(request.param)
@@ -30,6 +33,7 @@ def example(request, tmp_path_factory, recorded_example):
     return request.param, job, real, result
 
 
+@pytest.mark.parametrize("example", EXAMPLES, indirect=True)
 def test_comm_sequences_match_op_for_op(example):
     name, job, real, result = example
     assert job.world_size == 8 and result.num_slots == 2 and result.max_active <= 2
@@ -39,6 +43,7 @@ def test_comm_sequences_match_op_for_op(example):
         assert [n.kind for n in result.graph.nodes[rank]] == [n.kind for n in real.nodes[rank]]
 
 
+@pytest.mark.parametrize("example", EXAMPLES, indirect=True)
 def test_losses_match_the_real_run_within_fp32_rounding(example):
     name, job, real, result = example
     worst = 0.0
@@ -55,7 +60,7 @@ def test_losses_match_the_real_run_within_fp32_rounding(example):
     assert worst <= LOSS_REL_TOL
 
 
-@pytest.mark.parametrize("example", ["moe"], indirect=True)
+@pytest.mark.parametrize("example", [p for p in EXAMPLES if p.values == ("moe",)], indirect=True)
 def test_moe_split_sizes_equal_the_real_run(example):
     name, job, real, result = example
     for rank in range(job.world_size):
