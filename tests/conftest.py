@@ -13,6 +13,19 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 EXAMPLES = ROOT / "examples"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the groups (--dist loadgroup)
+def pytest_collection_modifyitems(config, items):
+    """The tests of a module that share a module-scoped fixture (a recording, a collection) run on one
+    pytest-xdist worker, so the fixture is made once rather than once per worker; a test that names
+    its own ``xdist_group`` keeps it."""
+    for item in items:
+        defs = getattr(item, "_fixtureinfo", None)
+        if defs is None or item.get_closest_marker("xdist_group") is not None:
+            continue
+        if any(chain[-1].scope == "module" for chain in defs.name2fixturedefs.values() if chain):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 @pytest.fixture
 def run_prism(tmp_path):
     """Run the real ``prism`` CLI in a subprocess tagged so its descendants can be found later."""
