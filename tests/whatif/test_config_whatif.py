@@ -139,6 +139,7 @@ def test_fsdp2_the_emulated_rank_has_the_real_changed_runs_peaks_and_ops(fsdp2_u
     row = data["ranks"][str(SANDBOX)]
     assert data["recorded_timed_with_tracker"] is True  # `prism emulate` warns before its "vs recorded"
     assert data["sandbox_timed_with_tracker"] is True  # memory="inline": and that its own steps paid it too
+
     def real_run(name):
         return record_job(dataclasses.replace(fsdp2_job(), env=knob), tmp_path / name, timeout_s=100,
                           memory_pass=False)
