@@ -26,11 +26,21 @@ EXAMPLES = [pytest.param(n, id=n, marks=pytest.mark.xdist_group(f"example-{n}"))
 
 
 @pytest.fixture(scope="module")
-def example(request, tmp_path_factory, recorded_example):
-    job, real = recorded_example(request.param)  # the real gloo run, shared with other tests
-    run = tmp_path_factory.mktemp(request.param)
-    result = collect_job(job, run, CollectOptions(slots=2, timeout_s=900))
-    return request.param, job, real, result
+def collected():
+    return {}
+
+
+@pytest.fixture
+def example(request, tmp_path_factory, recorded_example, collected):
+    """(name, job, the real run's graph, the collection): one collection per example and module,
+    whichever test's parametrization asks first (a parametrized module fixture would be rebuilt when
+    another test's parameters come between)."""
+    name = request.param
+    if name not in collected:
+        job, real = recorded_example(name)  # the real gloo run, shared with other tests
+        run = tmp_path_factory.mktemp(name)
+        collected[name] = (name, job, real, collect_job(job, run, CollectOptions(slots=2, timeout_s=900)))
+    return collected[name]
 
 
 @pytest.mark.parametrize("example", EXAMPLES, indirect=True)

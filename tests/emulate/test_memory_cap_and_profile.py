@@ -116,8 +116,11 @@ def test_a_rank_under_the_cap_emulates_to_the_end_with_the_real_peak_and_a_profi
     assert comm and {e["name"].split()[0] for e in comm} == {"send", "recv"}
     assert {int(e["name"].split()[-1]) for e in comm} <= {rank - 1, rank + 1}
     assert all(e["args"]["call_site"].startswith("train.py:") for e in comm)
+    # on the profiler's clock (tied through the sync marker): inside the script's ops, but that the
+    # last message may start after the last aten op (a stage's last send and its wait: 9.5 ms once)
     ops_ts = [e["ts"] for e in spans if e["name"].startswith("aten::")]
-    assert min(ops_ts) <= min(e["ts"] for e in comm) and max(e["ts"] for e in comm) <= max(ops_ts)
+    step_us = max(row["step_ms"]) * 1e3
+    assert min(ops_ts) <= min(e["ts"] for e in comm) and max(e["ts"] for e in comm) <= max(ops_ts) + step_us
     steps = [e for e in trace["traceEvents"] if e.get("cat") == "prism_step"]
     assert [e["name"] for e in steps] == ["step 0 end", "step 1 end"]
 
