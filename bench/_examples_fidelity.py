@@ -10,9 +10,14 @@ the job runs with its job file's warm-up steps (1; pp-noopt 2), 5 measured and 1
 1. a real run (``record_job``): the structure the calibration uses;
 2. one capture run and ``calibrate_run`` (slices of ``--slice-size`` real ranks);
 3. ``--repeats`` emulations of two sandbox ranks (``--ranks``, else 2 and 5; pp-noopt 1 and 2) on the timed clock, each
-   followed by one of ``--real-repeats`` more real runs (``--order alternate``, the default), whose
-   medians are the truth. ``--order phases`` (sessions 5-7) compares the emulations with the first
-   ``--real-repeats`` real runs taken before the calibration instead.
+   followed by one of ``--real-repeats`` more real runs (``--order alternate``), whose
+   medians are the truth. ``--order interleave`` (the default since session 46) also records one
+   real run between the calibration's rounds of takes (``calibrate_run(between_rounds=…)``; k takes
+   of each slice: k − 1 more real runs), and the truth is the median of all those real runs: the
+   calibration and the emulations are each compared with real runs of their own stretch of a
+   drifting host (pp 1F1B on 16 cores, session 45: the calibration's window ran its compute 3 %
+   slower than the real runs after it). ``--order phases`` (sessions 5-7) compares the emulations
+   with the first ``--real-repeats`` real runs taken before the calibration instead.
 
 Before every real run a short single-threaded matmul probe times the host
 (:func:`prism.core.host_speed.probe_ms`); the calibration's probes (before its first slice and after
@@ -172,14 +177,18 @@ def example_ranks(name: str) -> tuple[int, ...]:
     return tuple(entry[2]) if len(entry) > 2 else DEFAULT_RANKS
 
 
+ORDERS = ("interleave", "alternate", "phases")
+
+
 def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | None, repeats: int, real_repeats: int,
-                slice_size: int, calibration_repeats: int, timeout_s: float, order: str = "alternate",
+                slice_size: int, calibration_repeats: int, timeout_s: float, order: str = "interleave",
                 device_path: str = "auto", world: int | None = None, warmup: int | None = None,
                 replayers: int = 1, calibration_merge: str = DEFAULT_MERGE) -> list[dict]:
     """``order``: ``phases`` runs every real run, then the calibration, then every emulation;
     ``alternate`` records the first real run (the structure the calibration uses), calibrates, then
     alternates emulation i with real run i + 1, so a drift of the host's speed meets both sides
-    (the first real run is kept out of the medians then, unless there is no other). ``device_path``:
+    (the first real run is kept out of the medians then, unless there is no other); ``interleave``
+    also records a real run between the calibration's rounds of takes. ``device_path``:
     the data path of the calibration's slices and the emulations (on CPU: host or lanes); several,
     comma-separated, are measured one after the other on the same job against the same real runs
     (calibration and emulations per path; with ``alternate``, ``real_repeats`` real runs per path,
@@ -198,10 +207,14 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
     wall: dict[str, float] = {}
     probes: dict[str, list[float]] = {"record": []}
     t0 = time.time()
-    per_path_reals = real_repeats if order == "alternate" else 0
-    num_real = 1 + per_path_reals * len(paths) if order == "alternate" else real_repeats
+    if order not in ORDERS:
+        raise ValueError(f"order {order!r}: one of {', '.join(ORDERS)}")
+    beside = order != "phases"
+    between_rounds = max(0, calibration_repeats - 1) if order == "interleave" else 0
+    per_path_reals = real_repeats + between_rounds if beside else 0
+    num_real = 1 + per_path_reals * len(paths) if beside else real_repeats
     real_dirs = [run, *(run / "real-repeats" / str(i) for i in range(1, num_real))]
-    first = 1 if order == "alternate" else len(real_dirs)
+    first = 1 if beside else len(real_dirs)
     reals = []
 
     def record_next() -> None:
@@ -218,8 +231,9 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
     for path in paths:
         t0 = time.time()
         cal = calibrate_run(run, slice_size=slice_size, skip_steps=warmup, repeats=calibration_repeats,
-                            timeout_s=timeout_s, device={"device_path": path}, merge=calibration_merge)
-        probes[f"calibrate_{path}"] = list(cal.host_probe_ms)  # before the first slice and after each
+                            timeout_s=timeout_s, device={"device_path": path}, merge=calibration_merge,
+                            between_rounds=(lambda _k: record_next()) if between_rounds else None)
+        probes[f"calibrate_{path}"] = list(cal.host_probe_ms)  # before the first take and after each
         wall[f"calibrate_{path}"] = time.time() - t0
         timed[path] = read_graph(run / "graph" / "timed")
         # before another path's slices replace the takes
@@ -232,12 +246,12 @@ def run_example(name: str, size: str, run: Path, *, ranks: tuple[int, ...] | Non
                                                                      device_path=path, num_replayers=replayers),
                                                   skip_steps=warmup))
             probes.setdefault(f"emulate_{path}", []).append(emus[path][-1].data["host_probe_ms"])
-            if i < per_path_reals and len(reals) < len(real_dirs):
+            if i < real_repeats and beside and len(reals) < len(real_dirs):
                 record_next()
         wall[f"emulate_{path}"] = time.time() - t0
     while len(reals) < len(real_dirs):  # more real runs than emulations
         record_next()
-    compared = reals[1:] if order == "alternate" and len(reals) > 1 else reals
+    compared = reals[1:] if beside and len(reals) > 1 else reals
     return [_path_result(name, size, job, ranks, path, timed[path], merges[path], emus[path], reals, compared, kept, warmup,
                          wall=wall, probes=probes, repeats=repeats, real_repeats=real_repeats, slice_size=slice_size,
                          calibration_repeats=calibration_repeats, calibration_merge=calibration_merge, order=order)

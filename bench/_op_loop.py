@@ -77,7 +77,7 @@ for size, iters in zip((int(s) for s in args.sizes.split(",")), (int(i) for i in
             if reset is not None:
                 reset()
             dist.barrier()
-            c0, t0 = time.process_time(), time.perf_counter()
+            c0, s0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
             work = issue()
             if args.busy_us:
                 until = time.perf_counter() + args.busy_us / 1e6
@@ -85,10 +85,11 @@ for size, iters in zip((int(s) for s in args.sizes.split(",")), (int(i) for i in
                     pass
             for w in work if isinstance(work, list) else [work]:
                 w.wait()
-            t1, c1 = time.perf_counter(), time.process_time()
+            t1, s1, c1 = time.perf_counter(), time.thread_time(), time.process_time()
             if it >= args.warmup:
                 times[key].append(t1 - t0)
                 times.setdefault(key + "/cpu", []).append(c1 - c0)
+                times.setdefault(key + "/script_cpu", []).append(s1 - s0)
 dist.destroy_process_group()
 Path(args.out).mkdir(parents=True, exist_ok=True)
 (Path(args.out) / f"rank-{rank}.json").write_text(json.dumps(times))

@@ -326,10 +326,12 @@ def main() -> None:
                         "pp-noopt 2)")
     p.add_argument("--replayers", type=positive_int, default=1,
                    help="with --examples: replayer processes of each emulation (prism emulate --replayers)")
-    p.add_argument("--order", choices=["alternate", "phases"], default="alternate",
-                   help="with --examples: alternate emulation i with real run i+1 after the calibration "
-                        "(default; a drifting host meets both sides), or every real run, the calibration, "
-                        "then every emulation (sessions 5-7)")
+    p.add_argument("--order", choices=["interleave", "alternate", "phases"], default="interleave",
+                   help="with --examples: alternate emulation i with real run i+1 after the calibration, and "
+                        "record a real run between the calibration's rounds of takes too (interleave, the "
+                        "default; a drifting host meets every side), alternate the emulations only "
+                        "(alternate, sessions 8-45), or every real run, the calibration, then every "
+                        "emulation (phases, sessions 5-7)")
     ns = p.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     ranks = tuple(int(r) for r in ns.ranks.split(",")) if ns.ranks else None

@@ -111,17 +111,19 @@ def measure_size(world: int, size: int, sandboxes: list[tuple[int, ...]], work: 
     shutil.rmtree(run.root / "capture")
     rows = {}
     for key, ts in real.items():
-        if key.endswith("/cpu"):
+        if key.endswith(("/cpu", "/script_cpu")):
             continue
         op = key.split("/")[0]
         row = {"op": op, "bytes": size, "real_ms": round(1e3 * statistics.median(ts), 4),
-               "real_cpu_ms": round(1e3 * statistics.median(real[key + "/cpu"]), 4)}
+               "real_cpu_ms": round(1e3 * statistics.median(real[key + "/cpu"]), 4),
+               "real_script_cpu_us": round(1e6 * statistics.median(real[key + "/script_cpu"]), 1)}
         for (_, suffix), (emu, rep) in emulated.items():
             name = "sandbox_" + suffix
             e = 1e3 * statistics.median(emu[key])
             row[name] = {"emulated_ms": round(e, 4), "overhead_ms": round(e - row["real_ms"], 4),
                          "ratio": round(e / row["real_ms"], 3),
                          "emulated_cpu_ms": round(1e3 * statistics.median(emu[key + "/cpu"]), 4),
+                         "emulated_script_cpu_us": round(1e6 * statistics.median(emu[key + "/script_cpu"]), 1),
                          "replayer_cpu_us_per_op": round(1e6 * rep["cpu_s"] / max(1, rep["num_ops"]), 1),
                          "replayer_ops": rep["num_ops"], **_channel_cpu(rep)}
         rows[key] = row
@@ -168,11 +170,13 @@ def main() -> int:
                 if row["bytes"] != size:
                     continue
                 cells = "  ".join(f"{k[8:]}: {v['emulated_ms']:8.3f} ms cpu {v['emulated_cpu_ms']:.3f} "
+                                  f"script {v['emulated_script_cpu_us']:.0f} us "
                                   f"({v['overhead_ms']:+.3f}, replayer {v['replayer_cpu_us_per_op']:.0f} us/op"
-                                  + "".join(f", {k[9:-7]} thread {x:.0f} us" for k, x in v.items() if k.endswith("_cpu_us"))
+                                  + "".join(f", {k[9:-7]} thread {x:.0f} us" for k, x in v.items() if k.startswith("replayer_") and k.endswith("_cpu_us"))
                                   + ")"
                                   for k, v in row.items() if k.startswith("sandbox_"))
-                print(f"{row['op']:15s} {size:>9d} B  real {row['real_ms']:8.3f} ms cpu {row['real_cpu_ms']:.3f}  {cells}",
+                print(f"{row['op']:15s} {size:>9d} B  real {row['real_ms']:8.3f} ms cpu {row['real_cpu_ms']:.3f} "
+                      f"script {row['real_script_cpu_us']:.0f} us  {cells}",
                       flush=True)
     out = {"world_size": ns.world, "sandboxes": [list(s) for s in sandboxes], "device_paths": ns.device_paths.split(","),
            "label": ns.label, "busy_us": ns.busy_us, "early_start": os.environ.get("PRISM_LIVE_EARLY_START") == "1",

@@ -85,14 +85,14 @@ def print_result(result: CalibrateResult, console: Console) -> None:
     else:
         console.print(f"timed graph: {result.timed_dir}")
     print_no_steps(_no_steps(result), console)
-    print_host_speed([("across the slices", result.host_probe_ms)], console)
+    print_host_speed([("across the takes", result.host_probe_ms)], console)
     if result.real_timed_with_tracker:
         print_tracked_recording(console)
 
 
 def run(args: argparse.Namespace) -> int:
     console = Console()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("slices"),
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("takes"),
                   TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("calibrate", total=None)
 

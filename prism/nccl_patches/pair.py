@@ -16,9 +16,9 @@ the script waits for it:
 The vrank sends what the collector recorded: its whole input for an all-reduce (``partner_inputs``),
 its chunk for a reduce-scatter (the entry partial), its shard for an all-gather (part of the
 sandbox's recorded output). The sandbox rank reduces its own input and what the vrank sent in prism's
-ring order (:mod:`.reduction`): the collector's value bit for bit when its input is the recorded
-one, and the value the collector would have computed for a changed input (the op is then flagged
-diverged, as on the ring).
+ring order (:mod:`.reduction`, one op for the two operands: :func:`~.reduction.reduce_two`): the
+collector's value bit for bit when its input is the recorded one, and the value the collector would
+have computed for a changed input (the op is then flagged diverged, as on the ring).
 
 Both sides decide from what each knows without talking (:func:`runs_as_pair`): the op, the reduce op
 and the group's membership. ``PRISM_PAIR_EXCHANGE=0`` in the environment of ``prism emulate`` (read by
@@ -36,7 +36,7 @@ from prism.core.errors import PrismError
 from prism.graph.records import CommOp
 
 from .compensation import RecordedCollective
-from .reduction import chunk_bounds, reduce_chunk, ring_reduce
+from .reduction import chunk_bounds, reduce_two
 
 __all__ = ["PAIR_OPS", "enabled", "runs_as_pair", "pair_tag", "sandbox_sends", "sandbox_receive_numel", "vrank_sends",
            "vrank_receive_numel", "pair_result"]
@@ -124,14 +124,14 @@ def vrank_receive_numel(op: CommOp, rec: RecordedCollective) -> int:
 
 def pair_result(op: CommOp, reduce_op: str, me: int, data: torch.Tensor, received: torch.Tensor) -> torch.Tensor:
     """Sandbox group rank ``me``'s flat result, from its flat part ``data`` and what the vrank sent,
-    in prism's ring order (:mod:`.reduction`): the collector's value, bit for bit, for these inputs."""
-    pair = [data, received] if me == 0 else [received, data]
+    in prism's ring order (:mod:`.reduction`): the collector's value, bit for bit, for these inputs.
+    An all-reduce's result is written over ``data`` (the input's flat view, or its copy: the op's
+    result buffer, as on the ring)."""
     if op is CommOp.ALL_GATHER:
-        return torch.cat(pair)
+        return torch.cat([data, received] if me == 0 else [received, data])
     if op is CommOp.ALL_REDUCE:
-        return ring_reduce(pair, reduce_op)
+        return reduce_two(data, received, reduce_op, out=data)
     if op is CommOp.REDUCE_SCATTER:
         lo, hi = chunk_bounds(data.numel(), 2)[me]
-        pair = [data[lo:hi], received] if me == 0 else [received, data[lo:hi]]
-        return reduce_chunk(pair, me, reduce_op)
+        return reduce_two(data[lo:hi], received, reduce_op)
     raise AssertionError(f"{op.value} does not run as a pair")

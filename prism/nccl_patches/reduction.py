@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["chunk_bounds", "ring_order", "combine", "reduce_chunk", "ring_reduce", "REDUCE_OPS"]
+__all__ = ["chunk_bounds", "ring_order", "combine", "reduce_chunk", "ring_reduce", "reduce_two", "REDUCE_OPS"]
 
 REDUCE_OPS = ("sum", "avg", "product", "min", "max", "band", "bor", "bxor", "premul_sum")
 
@@ -85,3 +85,27 @@ def ring_reduce(inputs: Sequence[torch.Tensor], op: str, *, premul: Sequence[flo
         if hi > lo:
             out[lo:hi] = reduce_chunk([f[lo:hi] for f in flat], c, op)
     return out.view_as(inputs[0])
+
+
+_INTO = {"sum": torch.add, "avg": torch.add, "product": torch.mul, "min": torch.minimum, "max": torch.maximum,
+         "band": torch.bitwise_and, "bor": torch.bitwise_or, "bxor": torch.bitwise_xor}
+
+
+def reduce_two(a: torch.Tensor, b: torch.Tensor, op: str, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`ring_reduce` of two flat operands of one dtype in one elementwise op, into ``out`` when
+    given: each element is one application of a commutative op, so the ring's order (chunk 0 as
+    ``b op a``, chunk 1 as ``a op b``) gives the same bits (the one exception: where both operands
+    are NaN, which NaN's payload survives). A pair's exchange runs it on the script's thread, where
+    the ring's slices and clones cost a dispatcher call each. Complex operands (a product's imaginary
+    part is a sum whose order the kernels choose) and ``premul_sum`` (its factors) take
+    :func:`ring_reduce`."""
+    into = _INTO.get(op)
+    if into is None or a.is_complex():
+        value = ring_reduce([a, b], op)
+        return value if out is None else out.copy_(value)
+    value = into(a, b) if out is None else into(a, b, out=out)
+    if op != "avg":
+        return value
+    if value.is_floating_point() or value.is_complex():
+        return value.div_(2)
+    return value.div_(2, rounding_mode="floor")

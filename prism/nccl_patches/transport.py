@@ -51,6 +51,9 @@ class Transport:
         self.endpoint_of = dict(endpoint_of)
         self._traffic: dict[tuple[int, int], list[int]] = {}
         """(src, dst) -> [bytes, messages]: mutable counters, as this runs once per message."""
+        self._gloo = isinstance(pg, dist.ProcessGroupGloo)
+        """gloo moves CPU memory only: CUDA tensors (several sandbox ranks sharing one GPU, where NCCL
+        refuses) travel through host staging buffers."""
 
     @classmethod
     def connect(
@@ -91,23 +94,25 @@ class Transport:
         counts = self._traffic.get((src, dst))
         if counts is None:
             counts = self._traffic[(src, dst)] = [0, 0]
-        counts[0] += tensor.numel() * tensor.element_size()
+        counts[0] += tensor.nbytes
         counts[1] += 1
 
     def send(self, tensor: torch.Tensor, src: int, dst: int, tag: int) -> dist.Work:
         """Send group rank ``src``'s message to group rank ``dst`` (asynchronous)."""
         assert self.endpoint_of.get(src) == self.endpoint, f"group rank {src} is not hosted by endpoint {self.endpoint}"
         self._count(src, dst, tensor)
-        if tensor.is_cuda and self._stages_cuda:
+        if self._gloo and tensor.is_cuda:
             tensor = tensor.cpu()
-        return self.pg.send([tensor.contiguous()], self._peer(dst), tag)
+        if not tensor.is_contiguous():  # a call of its own: each op through the dispatcher costs µs per message
+            tensor = tensor.contiguous()
+        return self.pg.send([tensor], self._peer(dst), tag)
 
     def recv(self, buffer: torch.Tensor, src: int, dst: int, tag: int) -> dist.Work:
         """Receive into ``buffer`` (contiguous) group rank ``src``'s message for ``dst``."""
         assert self.endpoint_of.get(dst) == self.endpoint, f"group rank {dst} is not hosted by endpoint {self.endpoint}"
         assert buffer.is_contiguous()
         self._count(src, dst, buffer)
-        if buffer.is_cuda and self._stages_cuda:
+        if self._gloo and buffer.is_cuda:
             staging = torch.empty(buffer.shape, dtype=buffer.dtype)
             return _StagedRecv(self.pg.recv([staging], self._peer(src), tag), staging, buffer)
         return self.pg.recv([buffer], self._peer(src), tag)
@@ -116,13 +121,7 @@ class Transport:
     def posts_without_blocking(self) -> bool:
         """Posting a send or a receive never blocks the caller (gloo); NCCL's point-to-point ops on
         one stream run in the order posted, so a batch of them to several peers can deadlock."""
-        return isinstance(self.pg, dist.ProcessGroupGloo)
-
-    @property
-    def _stages_cuda(self) -> bool:
-        # gloo moves CPU memory only: CUDA tensors (several sandbox ranks sharing one GPU, where
-        # NCCL refuses) travel through host staging buffers.
-        return isinstance(self.pg, dist.ProcessGroupGloo)
+        return self._gloo
 
     def traffic(self) -> dict[tuple[int, int], LinkTraffic]:
         """Bytes and messages per directed link this endpoint sent or received so far."""

@@ -67,7 +67,8 @@ class Part:
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().reshape(-1)
+    # detach only what autograd tracks: it is a dispatcher call of its own, on every op's issue
+    return (t.detach() if t.requires_grad else t).reshape(-1)
 
 
 def _cat_equal(tensors: Sequence[torch.Tensor], what: str) -> torch.Tensor:

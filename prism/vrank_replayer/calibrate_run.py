@@ -9,6 +9,12 @@
    runs its ranks for real with the ``live`` engine while every other rank is a vrank replaying
    the structure graph as soon as it can (:class:`~.clock.AsapClock`). Each real rank's recorded
    nodes (its ``RankRecord``, ``rank-R.pkl``) are its timing measurement.
+   With ``repeats`` k > 1 the takes run in k rounds of every slice (slice 1, 2, …, then slice 1,
+   2, … again), not a slice's k takes in a row: a host whose speed drifts over the calibration then
+   moves every slice's takes alike instead of giving each slice its own stretch of the drift (pp
+   1F1B on 16 cores, session 45: its compute between ops moved 6 % from window to window).
+   ``between_rounds(k)`` runs after round k (the fidelity benchmark records a real run there, so
+   that the calibration and the real runs it is compared with sample one drifting host).
 3. The takes become each rank's measured nodes (``merge``, :func:`~prism.calibration.merge_slice`).
    ``rotated`` (the default): each rank keeps its spans step by step, measured step s from take
    (s − skip) mod k (:func:`~prism.calibration.rotated_takes`), so each step's collectives wait for
@@ -27,8 +33,8 @@
    durations (a slice's first op on a group also connects its transport) and
    :func:`~prism.calibration.calibrate` runs the discrete-event pass; the timed graph goes to
    RUN/graph/timed.
-4. The host is timed before the first slice and after each (:func:`~prism.core.host_speed.probe_ms`,
-   the timed graph's ``meta["host_probe_ms"]``): a host whose speed moved across the slices gave
+4. The host is timed before the first take and after each (:func:`~prism.core.host_speed.probe_ms`,
+   the timed graph's ``meta["host_probe_ms"]``): a host whose speed moved across the takes gave
    them different machines, and the report says by how much.
 """
 
@@ -92,7 +98,7 @@ class CalibrateResult:
     timed_dir: Path
     wall_s: float
     host_probe_ms: tuple[float, ...] = ()
-    """The host's speed before the first slice and after each (prism.core.host_speed)."""
+    """The host's speed before the first take and after each (prism.core.host_speed)."""
     real_timed_with_tracker: bool = False
     """The real run's steps include the CPU memory tracker's cost (``prism record --no-memory-pass``),
     which the slices do not have (:func:`~prism.graph.memory_pass.timed_with_tracker`)."""
@@ -176,11 +182,14 @@ def calibrate_run(
     on_slice: Callable[[int, int, tuple[int, ...]], None] | None = None,
     device: Mapping | None = None,
     merge: str = DEFAULT_MERGE,
+    between_rounds: Callable[[int], None] | None = None,
 ) -> CalibrateResult:
     """Run the timing slices of RUN and write RUN/graph/timed (module docstring).
 
-    ``repeats``: run each slice that many times (``merge`` says how the takes become the timing). ``on_slice(done, total, ranks)`` is called
-    before each slice (done = slices finished) and once at the end. ``device``: the
+    ``repeats``: run each slice that many times, in that many rounds of every slice (``merge`` says
+    how the takes become the timing); ``between_rounds(k)`` is called after each round but the
+    last. ``on_slice(done, total, ranks)`` is called before each take (done = takes finished, of
+    slices × repeats) and once at the end. ``device``: the
     :class:`EmulateOptions` layout fields (device_path, sandbox_gpus, assistant_gpus): the slices run
     on the same data path as the emulation. ``merge``: how each rank's takes become its measured
     nodes (:data:`~prism.calibration.MERGES`, :func:`~prism.calibration.merge_slice`)."""
@@ -211,30 +220,37 @@ def calibrate_run(
             log.warning("%s", crowded)
     measured: dict[int, tuple[Node, ...]] = {}
     summaries: dict[int, RankSummary] = {}
-    results = []
     probes = [probe_ms()]
-    for i, ranks in enumerate(slices):
-        if on_slice:
-            on_slice(i, len(slices), ranks)
-        ensure_recorded(run.root, ranks, timeout_s=timeout_s)
-        t0 = time.time()
-        takes: dict[int, list[Sequence[Node]]] = {r: [] for r in ranks}
-        steps = {}
-        for k in range(max(1, repeats)):
+    rounds = max(1, repeats)
+    takes: list[dict[int, list[Sequence[Node]]]] = [{r: [] for r in ranks} for ranks in slices]
+    steps: list[dict[int, tuple[int, ...]]] = [{} for _ in slices]
+    wall = [0.0] * len(slices)
+    for k in range(rounds):
+        for i, ranks in enumerate(slices):
+            if on_slice:
+                on_slice(k * len(slices) + i, rounds * len(slices), ranks)
+            if k == 0:
+                ensure_recorded(run.root, ranks, timeout_s=timeout_s)
+            t0 = time.time()
             out = take_dir(run.root, i, k)
             emulate(run.root, slice_options(ranks, out))
             for r in ranks:
                 record = _load_record(out, r)
-                takes[r].append(record.nodes)
+                takes[i][r].append(record.nodes)
                 if k == 0:
                     summaries[r] = dataclasses.replace(record.summary, rank=r)
-                    steps[r] = tuple(record.summary.step_times_ns)
-        measured.update(merge_slice(takes, skip_steps, merge))
-        results.append(SliceResult(ranks, time.time() - t0, steps))
-        probes.append(probe_ms())
-        log.info("slice %d/%d ranks %s: %.1f s", i + 1, len(slices), list(ranks), time.time() - t0)
+                    steps[i][r] = tuple(record.summary.step_times_ns)
+            wall[i] += time.time() - t0
+            probes.append(probe_ms())
+            log.info("round %d/%d slice %d/%d ranks %s: %.1f s", k + 1, rounds, i + 1, len(slices), list(ranks),
+                     time.time() - t0)
+        if between_rounds is not None and k < rounds - 1:
+            between_rounds(k)
+    for i in range(len(slices)):
+        measured.update(merge_slice(takes[i], skip_steps, merge))
+    results = [SliceResult(ranks, wall[i], steps[i]) for i, ranks in enumerate(slices)]
     if on_slice:
-        on_slice(len(slices), len(slices), ())
+        on_slice(rounds * len(slices), rounds * len(slices), ())
     if template_of:
         first = {template_of.get(r, r): r for r in sorted(measured, reverse=True)}
         for r in range(job.world_size):

@@ -64,7 +64,7 @@ def test_calibrate_writes_a_timed_graph_close_to_the_real_run(calibrated):
     timed = read_graph(run / "graph" / "timed")
     assert timed.kind == "timed" and sorted(timed.nodes) == [0, 1, 2, 3]
     assert [s.ranks for s in result.slices] == [(0, 1), (2, 3)]
-    # the host timed before the first slice and after each, kept in the timed graph
+    # the host timed before the first take and after each, kept in the timed graph
     assert len(result.host_probe_ms) == 3 and all(p > 0 for p in result.host_probe_ms)
     assert timed.meta["host_probe_ms"] == ",".join(f"{p:.3f}" for p in result.host_probe_ms)
     assert not result.real_timed_with_tracker  # recorded in two passes: its steps ran untracked
@@ -87,7 +87,13 @@ def test_calibrate_by_default_times_each_step_by_one_take(calibrated, tmp_path):
     run, _, _ = calibrated
     copy = tmp_path / "run"
     shutil.copytree(run, copy, ignore=shutil.ignore_patterns("calibration", "emulations"))
-    calibrate_run(copy, slice_size=2, repeats=2, timeout_s=300)  # the default merge: rotated
+    events = []
+    result = calibrate_run(copy, slice_size=2, repeats=2, timeout_s=300,  # the default merge: rotated
+                           on_slice=lambda done, total, ranks: events.append((done, total, ranks)),
+                           between_rounds=lambda k: events.append(("between rounds", k)))
+    # the takes run in rounds of every slice, so a drifting host moves both slices' takes alike
+    assert events == [(0, 4, (0, 1)), (1, 4, (2, 3)), ("between rounds", 0), (2, 4, (0, 1)), (3, 4, (2, 3)), (4, 4, ())]
+    assert len(result.host_probe_ms) == 5  # before the first take and after each
     timed = read_graph(copy / "graph" / "timed")
     assert timed.meta["merge"] == "rotated"
     for rank, slice_dir in ((0, "slice-000"), (3, "slice-001")):

@@ -181,16 +181,15 @@ class _Posted:
     """A send whose divergence check was deferred (:meth:`LiveEngine._defer_send_check`)."""
     layout: _Layout | None = None
     """A collective run as a pair's exchange (:mod:`prism.nccl_patches.pair`): its parts. ``bufs``
-    then holds each part's data, ``received`` what the vrank sent, ``targets`` each part's recorded
-    output where the part's input was the recorded one (else None), and ``diverged`` whether an
-    input differs from the record."""
+    then holds each part's data, ``received`` what the vrank sent, and ``targets`` each part's
+    recorded input to compare the data with at the wait (None where there is none, or where the
+    comparison was deferred: :meth:`LiveEngine._defer_check`)."""
     received: list[torch.Tensor] | None = None
-    diverged: bool = False
 
 
 _DEFERRED_CHECKS = 64
-"""Sends whose divergence checks wait for one batch, run on a channel thread (their records, loaded
-ahead, are held until then)."""
+"""Sends and pair exchanges whose divergence checks wait for one batch, run on a channel thread (their
+records, loaded ahead, are held until then)."""
 
 
 def _nothing() -> None:
@@ -279,8 +278,10 @@ class LiveEngine(CommEngine):
         self._num_early = 0
         """Ops begun on the script's thread (:meth:`_start_early`)."""
         self._diverged: list[dict] = []
-        self._deferred: list[tuple[str, str, list[tuple[str, torch.dtype, int, bytes]], int]] = []
-        """Sends whose divergence check waits for a batch: (op key, op, parts, sender's group rank)."""
+        self._deferred: list[tuple[str, str, list[tuple[str, torch.dtype, int, bytes, torch.Tensor | None]], int]] = []
+        """Ops whose divergence check waits for a batch: (op key, op, parts, the group rank whose input
+        is compared); each part (its record's key, dtype, numel, bytes, its recorded input or None:
+        looked up then)."""
         self._deferred_lock = threading.Lock()
         self._traffic_bytes = 0
         self._first_done_unix_s: float | None = None
@@ -595,31 +596,42 @@ class LiveEngine(CommEngine):
         compute) was a third of a send wait on 2 cores and the largest part of its excess over the
         real run's (session 38; docs/emulate.md, "A send's wait on the sandbox path"). Larger
         messages are checked at the wait as before."""
-        parts = []
-        for i, buf in enumerate(posted.bufs):
+        posted.checked_later = self._defer_check(req, posted.bufs, [None] * len(posted.bufs), posted.group_rank, ch)
+
+    def _defer_check(self, req: CommRequest, parts: Sequence, recorded: Sequence[torch.Tensor | None],
+                     group_rank: int, ch: _Channel | None = None) -> bool:
+        """Queue the comparison of an op's small inputs (tensors, or :class:`Part` s) with their
+        records (``recorded``, or looked up then where None) for a batch on a channel thread
+        (``ch``, else the op's own channel's); False, and nothing queued, where an input is not
+        small or not readable as its bytes (:func:`host_bytes`)."""
+        checks = []
+        for i, (part, mine) in enumerate(zip(parts, recorded, strict=True)):
+            buf = part if isinstance(part, torch.Tensor) else part.data
             data = host_bytes(buf)
             if data is None:
-                return
-            parts.append((self._key(req, i), buf.dtype, buf.numel(), data))
-        if not parts:
-            return
-        posted.checked_later = True
+                return False
+            checks.append((self._key(req, i), buf.dtype, buf.numel(), data, mine))
+        if not checks:
+            return False
         with self._deferred_lock:
-            self._deferred.append((parts[0][0].rsplit("/", 1)[0], req.op.value, parts, posted.group_rank))
+            self._deferred.append((checks[0][0].rsplit("/", 1)[0], req.op.value, checks, group_rank))
             if len(self._deferred) < _DEFERRED_CHECKS:
-                return
+                return True
             batch, self._deferred = self._deferred, []
+        ch = ch or self._channels[("c", req.group.group_id)]
         ch.queue.put((self._check_deferred, batch))
+        return True
 
     def _check_deferred(self, batch) -> Callable[[], None]:
-        """Flag the sends of ``batch`` whose bytes differ from the recorded ones; returns a no-op
+        """Flag the ops of ``batch`` whose bytes differ from the recorded ones; returns a no-op
         (a channel thread's item returns what completes it)."""
         diverged = []
         with untracked():  # recorded values are read outside the dispatcher
             for key, op, parts, group_rank in batch:
-                for part_key, dtype, numel, data in parts:
-                    rec = self._recorded.get(part_key)
-                    mine = rec.inputs.get(group_rank) if rec is not None else None
+                for part_key, dtype, numel, data, mine in parts:
+                    if mine is None:
+                        rec = self._recorded.get(part_key)
+                        mine = rec.inputs.get(group_rank) if rec is not None else None
                     if mine is not None and not same_bits_as(data, dtype, numel, mine):
                         diverged.append({"key": key, "op": op})
                         break
@@ -633,23 +645,23 @@ class LiveEngine(CommEngine):
         return self._pairs and pair.runs_as_pair(req.op, req.reduce_op, req.group.ranks, self.sandbox)
 
     def _post_pair(self, req: CommRequest, layout: _Layout, transport: WideTagTransport) -> _Posted:
-        """Check each part's input against its record and post its send to the vrank and its receive
-        from it, on the calling thread (gloo moves them in its own threads, as it runs a real pair's
-        collective). A recorded input of another size or dtype stops the op first, naming it
-        (:meth:`_unusable_record`), as on the ring."""
+        """Post each part's send to the vrank and its receive from it, on the calling thread (gloo
+        moves them in its own threads, as it runs a real pair's collective). A recorded input of
+        another size or dtype stops the op first, naming it (:meth:`_unusable_record`), as on the
+        ring. Whether the input is the recorded one only sets the divergence flag (the result is
+        reduced from what the vrank sent either way: :meth:`_pair_outputs`), so a small input's
+        comparison waits for a batch on a channel thread (:meth:`_defer_check`), as a send's does."""
         me = req.group.group_rank
         other = 1 - me
-        results: list[torch.Tensor | None] = []
-        diverged = False
+        recorded: list[torch.Tensor | None] = []
         for i, part in enumerate(layout.parts):
             rec = self._record_of(req, i)
             mine = rec.inputs.get(me) if rec is not None else None
             if mine is not None and not matches_record(part.data, mine):
                 self._unusable_record(layout.what, req.group, part.data, mine)
-            same = mine is not None and same_bits(part.data, mine)
-            diverged |= mine is not None and not same
-            # An unchanged input's result is the recorded output (what the ring's compensation gives).
-            results.append(rec.outputs.get(me) if same else None)
+            recorded.append(mine)
+        if any(r is not None for r in recorded) and self._defer_check(req, layout.parts, recorded, me):
+            recorded = [None] * len(recorded)
         works, data, received, num_bytes = [], [], [], 0
         for i, part in enumerate(layout.parts):
             sent = pair.sandbox_sends(req.op, part.data, me)
@@ -663,12 +675,12 @@ class LiveEngine(CommEngine):
             num_bytes += sent.numel() * sent.element_size()
         with self._lock:
             self._num_pair += 1
-        return _Posted(works, data, results, me, num_bytes, layout=layout, received=received, diverged=diverged)
+        return _Posted(works, data, recorded, me, num_bytes, layout=layout, received=received)
 
     def _pair_outputs(self, req: CommRequest, posted: _Posted) -> bool:
-        """Wait for a pair's exchange and write its results to the op's outputs: the recorded output
-        of a part whose input was the recorded one, else the reduction of the rank's input and what
-        the vrank sent. Returns whether the input diverged from the record."""
+        """Wait for a pair's exchange and write its results to the op's outputs: the reduction of the
+        rank's input and what the vrank sent, in prism's ring order (for the recorded input, the
+        recorded output bit for bit). Returns whether an input compared here differs from its record."""
         layout = posted.layout
         for work in posted.works:
             if not work.wait(self._timeout):
@@ -676,11 +688,13 @@ class LiveEngine(CommEngine):
                                  f"seq {req.seq} timed out after {self.timeout_s}s")
         me = req.group.group_rank
         with torch.no_grad(), untracked(), _no_python_dispatch():
-            outs = [recorded if recorded is not None else
-                    pair.pair_result(req.op, layout.reduce_op, me, data, received)
-                    for data, received, recorded in zip(posted.bufs, posted.received, posted.targets, strict=True)]
+            # before the results: an all-reduce writes its result over its input
+            diverged = any(mine is not None and not same_bits(data, mine)
+                           for data, mine in zip(posted.bufs, posted.targets, strict=True))
+            outs = [pair.pair_result(req.op, layout.reduce_op, me, data, received)
+                    for data, received in zip(posted.bufs, posted.received, strict=True)]
             _write_outputs(req, outs, me, layout.root)
-        return posted.diverged
+        return diverged
 
     def _finish_pair(self, req: CommRequest, future: torch.futures.Future, snapshot,
                      posted: _Posted) -> Callable[[], None]:
