@@ -4,9 +4,12 @@ signature, losses, iteration time, peak memory — beside the free tool: the sam
 PyTorch's fake process group (``prism walk --engine torch-fake``).
 
 Peak memory comes in two kinds (the measured steps', the whole run's). With ``--real-repeats N``
-the real job runs N times (the first in RUN, the others in ``RUN/real-repeats/<k>``) and each
-peak is compared with the real spread: it must lie in it, and equal it where the real runs agree;
-a peak on which the real runs disagree is reported as timing-dependent. From three real runs on,
+the real job runs N times (the first in RUN, before the calibration; the others in
+``RUN/real-repeats/<k>``, between the calibration's rounds of takes and after the emulation, so that
+they sample the same stretch of a drifting host), the iteration times are compared with each step's
+median over the N runs, and each peak is compared with the real spread: it must lie in it, and
+equal it where the real runs agree; a peak on which the real runs disagree is reported as
+timing-dependent. From three real runs on,
 the table also shows how far the real runs' iteration times lie from each other (each against the
 others' per-step median, ``fidelity.run_spread``): an emulated error inside it cannot be told apart
 from the real job's own variation."""
@@ -68,8 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", dest="json_out", default=None, help="write the comparison as JSON here")
     add_device_arguments(p)
     p.add_argument("--real-repeats", type=positive_int, default=1, metavar="N",
-                   help="run the real job N times and compare the emulated peaks with the real spread "
-                        "(a peak can depend on when peers arrive); default 1")
+                   help="run the real job N times (the repeats between the calibration's rounds and after "
+                        "the emulation), compare the iteration times with each step's median over them and "
+                        "the emulated peaks with their spread (a peak can depend on when peers arrive); default 1")
 
 
 def _torch_fake(job, rank: int, real, skip: int, timeout_s: float, run: Path) -> dict:
@@ -103,12 +107,22 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
     skip = job.iterations.warmup
     record_probe = probe_ms()
     real = record_job(job, run, timeout_s=timeout_s, replace=replace)
-    repeats = [record_job(job, run / REPEATS_DIR / str(k), timeout_s=timeout_s, replace=replace)
-               for k in range(1, real_repeats)]
+    repeats = []
+
+    def record_repeat(_round: int | None = None) -> None:
+        if len(repeats) < real_repeats - 1:
+            repeats.append(record_job(job, run / REPEATS_DIR / str(len(repeats) + 1), timeout_s=timeout_s,
+                                      replace=replace))
+
+    # The further real runs go between the calibration's rounds and after the emulation, so that the
+    # real runs the times are compared with sample the same stretch of a drifting host as the
+    # calibration and the emulation do (docs/emulate.md, session 46).
     cal = calibrate_run(run, slice_size=slice_size, skip_steps=skip, timeout_s=timeout_s, device=device,
-                        repeats=calibration_repeats, merge=calibration_merge)
+                        repeats=calibration_repeats, merge=calibration_merge, between_rounds=record_repeat)
     ensure_recorded(run, ranks, timeout_s=timeout_s)
     emu = emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s, **(device or {})), skip_steps=skip)
+    while len(repeats) < real_repeats - 1:
+        record_repeat()
     rows = {}
     for r in ranks:
         row = emu.data["ranks"][str(r)]

@@ -15,7 +15,7 @@ from prism.graph.compare import match_ratio
 from prism.graph.records import Graph, GroupInfo, Node
 
 __all__ = ["StepError", "RankFidelity", "PeakComparison", "PEAK_KINDS", "compare_peak", "step_errors", "rank_fidelity",
-           "losses_equal", "losses_bitwise_equal"]
+           "losses_equal", "losses_bitwise_equal", "median_steps"]
 
 LOSS_REL_TOLERANCE = 1e-5
 """Losses of a prism run and of the real gloo run differ by rounding only (reduction order)."""
@@ -158,12 +158,18 @@ def losses_bitwise_equal(got: Sequence[float], want: Sequence[float]) -> bool:
         (_no_loss(a) and _no_loss(b)) or a == b for a, b in zip(got, want, strict=True))
 
 
+def median_steps(runs_ms: Sequence[Sequence[float]]) -> list[float]:
+    """Each step's median over the runs (as many steps as the shortest run has)."""
+    return [statistics.median(s) for s in zip(*runs_ms, strict=False)]
+
+
 def rank_fidelity(rank: int, real: Graph, nodes: Sequence[Node], groups: dict[str, GroupInfo], *,
                   losses: Sequence[float], steps_ms: Sequence[float], peak_memory_bytes: int,
                   measured_peak_memory_bytes: int = -1, skip: int,
                   real_repeats: Sequence[Graph] = ()) -> RankFidelity:
-    """``real`` is the real run compared with (comm signature, losses, time); the peaks are
-    compared with it and with ``real_repeats``, further real runs of the same job."""
+    """``real`` is the real run compared with (comm signature, losses); the time is compared with
+    each step's median over it and ``real_repeats``, further real runs of the same job (one run's
+    steps carry the host's jitter of that run), and so are the peaks, with their spread."""
     summary = real.summaries.get(rank)
     runs = [g.summaries.get(rank) for g in (real, *real_repeats)]
     peaks = {
@@ -173,7 +179,7 @@ def rank_fidelity(rank: int, real: Graph, nodes: Sequence[Node], groups: dict[st
     }
     real_losses = list(summary.losses) if summary else []
     diffs = [_loss_diff(a, b) for a, b in zip(losses, real_losses, strict=False)]
-    real_steps = [s / 1e6 for s in summary.step_times_ns] if summary else []
+    real_steps = median_steps([[t / 1e6 for t in s.step_times_ns] for s in runs if s]) if summary else []
     return RankFidelity(
         rank=rank,
         signature_match=match_ratio(real.nodes[rank], real.groups, nodes, groups),

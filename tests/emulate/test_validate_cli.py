@@ -8,6 +8,7 @@ PyTorch's fake process group crash: the pipeline's shape exchange reads sizes it
 
 import json
 import math
+import statistics
 
 import pytest
 import yaml
@@ -25,7 +26,8 @@ def test_validate_compares_the_emulated_ranks_with_the_real_run_and_the_fake_pg(
         "world_size": 4, "iterations": {"warmup": 1, "measured": 2}, "parallelism": {"pp": 4}}))
     out = tmp_path / "validate.json"
     proc = run_prism("validate", "--job", str(job), "--ranks", "0,3", "--out", str(tmp_path / "run"),
-                     "--json", str(out), "--timeout", "300", "--real-repeats", "2", timeout=800,
+                     "--json", str(out), "--timeout", "300", "--real-repeats", "2", "--calibration-repeats", "2",
+                     timeout=800,
                      env={"COLUMNS": "250"})  # the table unwrapped
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -54,3 +56,15 @@ def test_validate_compares_the_emulated_ranks_with_the_real_run_and_the_fake_pg(
             assert f"torch fake PG r{rank} crashed in dist.recv_object_list" in proc.stdout
     last_stage = read_graph(tmp_path / "run" / "graph" / "real").summaries[3].losses
     assert last_stage and not any(math.isnan(x) for x in last_stage), "the compared losses are real numbers"
+    # The second real run went between the calibration's two rounds of takes, and the times are
+    # compared with each step's median over both runs.
+    run = tmp_path / "run"
+    made = {p: p.stat().st_mtime for p in (run / "calibration" / "slice-001", run / "real-repeats" / "1",
+                                            run / "calibration" / "slice-000-1")}
+    assert sorted(made, key=made.get) == list(made), made
+    reals = [read_graph(d / "graph" / "real") for d in (run, run / "real-repeats" / "1")]
+    for rank in ("0", "3"):
+        steps = [[t / 1e6 for t in g.summaries[int(rank)].step_times_ns][1:] for g in reals]
+        median = [statistics.median(s) for s in zip(*steps, strict=False)]
+        t = result["ranks"][rank]["prism"]["time"]
+        assert t["real_mean_ms"] == pytest.approx(statistics.fmean(median), rel=1e-6), (t, steps)
