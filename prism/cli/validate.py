@@ -109,16 +109,17 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
     real = record_job(job, run, timeout_s=timeout_s, replace=replace)
     repeats = []
 
-    def record_repeat(_round: int | None = None) -> None:
-        if len(repeats) < real_repeats - 1:
-            repeats.append(record_job(job, run / REPEATS_DIR / str(len(repeats) + 1), timeout_s=timeout_s,
-                                      replace=replace))
+    def record_repeat() -> None:
+        repeats.append(record_job(job, run / REPEATS_DIR / str(len(repeats) + 1), timeout_s=timeout_s,
+                                  replace=replace))
 
-    # The further real runs go between the calibration's rounds and after the emulation, so that the
-    # real runs the times are compared with sample the same stretch of a drifting host as the
-    # calibration and the emulation do (docs/emulate.md, session 46).
+    # The further real runs go between the calibration's rounds and after the emulation (one kept
+    # for after it), so that the real runs the times are compared with sample the same stretch of a
+    # drifting host as the calibration and the emulation do (docs/emulate.md, session 46).
+    between = min(max(0, real_repeats - 2), max(0, calibration_repeats - 1))
     cal = calibrate_run(run, slice_size=slice_size, skip_steps=skip, timeout_s=timeout_s, device=device,
-                        repeats=calibration_repeats, merge=calibration_merge, between_rounds=record_repeat)
+                        repeats=calibration_repeats, merge=calibration_merge,
+                        between_rounds=lambda k: record_repeat() if k < between else None)
     ensure_recorded(run, ranks, timeout_s=timeout_s)
     emu = emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s, **(device or {})), skip_steps=skip)
     while len(repeats) < real_repeats - 1:

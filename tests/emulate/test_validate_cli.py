@@ -1,7 +1,7 @@
 """``prism validate`` end to end on CPU: the pp example as a 4-stage 1F1B pipeline (W=4), sandbox
 ranks 0 and 3 (the first stage and the last, which has the loss). The emulated ranks match the real
 run's comm signature, their losses equal the capture run's bit for bit and the real run's, and
-both their peaks (over the measured steps, over the whole run) lie in the spread of two real runs,
+both their peaks (over the measured steps, over the whole run) lie in the spread of three real runs,
 and equal them to the byte where the real runs agree — the peaks of this job do not depend on
 scheduling (docs/emulate.md, "What a rank's peak counts"); beside them, the same ranks alone under
 PyTorch's fake process group crash: the pipeline's shape exchange reads sizes it never got."""
@@ -26,22 +26,22 @@ def test_validate_compares_the_emulated_ranks_with_the_real_run_and_the_fake_pg(
         "world_size": 4, "iterations": {"warmup": 1, "measured": 2}, "parallelism": {"pp": 4}}))
     out = tmp_path / "validate.json"
     proc = run_prism("validate", "--job", str(job), "--ranks", "0,3", "--out", str(tmp_path / "run"),
-                     "--json", str(out), "--timeout", "300", "--real-repeats", "2", "--calibration-repeats", "2",
+                     "--json", str(out), "--timeout", "300", "--real-repeats", "3", "--calibration-repeats", "2",
                      timeout=800,
                      env={"COLUMNS": "250"})  # the table unwrapped
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert result["sandbox_ranks"] == [0, 3] and result["real_repeats"] == 2
+    assert result["sandbox_ranks"] == [0, 3] and result["real_repeats"] == 3
     assert "peak, measured steps (real)" in proc.stdout and "peak, whole run (emulated)" in proc.stdout
     for rank in ("0", "3"):
         prism, fake = result["ranks"][rank]["prism"], result["ranks"][rank]["torch_fake"]
         assert prism["signature_match"] == 1.0
         assert prism["losses_bitwise_collected"] and prism["losses_equal"], prism
         assert prism["diverged_ops"] == 0 and prism["oom"] is False
-        assert prism["real_time_spread"] is None, "two real runs say nothing of which one is off"
+        assert prism["real_time_spread"]["num_runs"] == 3, prism
         for kind in ("measured", "run"):
             peak = prism["peaks"][kind]
-            assert len(peak["real_bytes"]) == 2 and peak["real_min_bytes"] > 0, peak
+            assert len(peak["real_bytes"]) == 3 and peak["real_min_bytes"] > 0, peak
             assert peak["in_real_spread"], (kind, peak)
             if not peak["timing_dependent"]:
                 assert peak["equal"], (kind, peak)
@@ -56,13 +56,14 @@ def test_validate_compares_the_emulated_ranks_with_the_real_run_and_the_fake_pg(
             assert f"torch fake PG r{rank} crashed in dist.recv_object_list" in proc.stdout
     last_stage = read_graph(tmp_path / "run" / "graph" / "real").summaries[3].losses
     assert last_stage and not any(math.isnan(x) for x in last_stage), "the compared losses are real numbers"
-    # The second real run went between the calibration's two rounds of takes, and the times are
-    # compared with each step's median over both runs.
+    # The second real run went between the calibration's two rounds of takes, the third after the
+    # emulation, and the times are compared with each step's median over the three runs.
     run = tmp_path / "run"
+    (emulation,) = (run / "emulations").iterdir()
     made = {p: p.stat().st_mtime for p in (run / "calibration" / "slice-001", run / "real-repeats" / "1",
-                                            run / "calibration" / "slice-000-1")}
+                                            run / "calibration" / "slice-000-1", emulation, run / "real-repeats" / "2")}
     assert sorted(made, key=made.get) == list(made), made
-    reals = [read_graph(d / "graph" / "real") for d in (run, run / "real-repeats" / "1")]
+    reals = [read_graph(d / "graph" / "real") for d in (run, run / "real-repeats" / "1", run / "real-repeats" / "2")]
     for rank in ("0", "3"):
         steps = [[t / 1e6 for t in g.summaries[int(rank)].step_times_ns][1:] for g in reals]
         median = [statistics.median(s) for s in zip(*steps, strict=False)]
