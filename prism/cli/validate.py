@@ -5,9 +5,9 @@ PyTorch's fake process group (``prism walk --engine torch-fake``).
 
 Peak memory comes in two kinds (the measured steps', the whole run's). With ``--real-repeats N``
 the real job runs N times (the first in RUN, before the calibration; the others in
-``RUN/real-repeats/<k>``, between the calibration's rounds of takes and after the emulation, so that
+``RUN/real-repeats/<k>``, between the calibration's rounds of takes and after the emulations, so that
 they sample the same stretch of a drifting host), the iteration times are compared with each step's
-median over the N runs, and each peak is compared with the real spread: it must lie in it, and
+median over the N runs (and over the ``--emulation-repeats`` emulations), and each peak is compared with the real spread: it must lie in it, and
 equal it where the real runs agree; a peak on which the real runs disagree is reported as
 timing-dependent. From three real runs on,
 the table also shows how far the real runs' iteration times lie from each other (each against the
@@ -41,6 +41,7 @@ from prism.vrank_replayer.fidelity import (
     PEAK_KINDS,
     losses_bitwise_equal,
     losses_equal,
+    median_steps,
     rank_fidelity,
     run_spread,
     step_errors,
@@ -70,6 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-torch-fake", action="store_true", help="leave out the fake process group column")
     p.add_argument("--json", dest="json_out", default=None, help="write the comparison as JSON here")
     add_device_arguments(p)
+    p.add_argument("--emulation-repeats", type=positive_int, default=1, metavar="N",
+                   help="emulate N times, each followed by one of the further real runs while any are left, and "
+                        "compare each step's median over the emulations (default 1; the first emulation gives "
+                        "the losses, peaks and ops)")
     p.add_argument("--real-repeats", type=positive_int, default=1, metavar="N",
                    help="run the real job N times (the repeats between the calibration's rounds and after "
                         "the emulation), compare the iteration times with each step's median over them and "
@@ -98,9 +103,12 @@ def _torch_fake(job, rank: int, real, skip: int, timeout_s: float, run: Path) ->
 
 def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int, timeout_s: float,
              torch_fake: bool, device: dict | None = None, real_repeats: int = 1,
-             calibration_repeats: int = 1, calibration_merge: str = DEFAULT_MERGE, replace: bool = False) -> dict:
+             calibration_repeats: int = 1, calibration_merge: str = DEFAULT_MERGE, replace: bool = False,
+             emulation_repeats: int = 1) -> dict:
     if real_repeats < 1:
         raise PrismError(f"--real-repeats must be at least 1, got {real_repeats}")
+    if emulation_repeats < 1:
+        raise PrismError(f"--emulation-repeats must be at least 1, got {emulation_repeats}")
     job = load_job(job_path)
     ranks = parse_rank_ranges(ranks_text, job.world_size)
     run = Path(out or f"validate-{job.name}")
@@ -113,22 +121,29 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
         repeats.append(record_job(job, run / REPEATS_DIR / str(len(repeats) + 1), timeout_s=timeout_s,
                                   replace=replace))
 
-    # The further real runs go between the calibration's rounds and after the emulation (one kept
-    # for after it), so that the real runs the times are compared with sample the same stretch of a
-    # drifting host as the calibration and the emulation do (docs/emulate.md, session 46).
+    # The further real runs go between the calibration's rounds and after each emulation (one kept
+    # for after the first), so that the real runs the times are compared with sample the same
+    # stretch of a drifting host as the calibration and the emulations do (docs/emulate.md, session 46).
     between = min(max(0, real_repeats - 2), max(0, calibration_repeats - 1))
     cal = calibrate_run(run, slice_size=slice_size, skip_steps=skip, timeout_s=timeout_s, device=device,
                         repeats=calibration_repeats, merge=calibration_merge,
                         between_rounds=lambda k: record_repeat() if k < between else None)
     ensure_recorded(run, ranks, timeout_s=timeout_s)
-    emu = emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s, **(device or {})), skip_steps=skip)
+    emus = []
+    for _ in range(emulation_repeats):
+        emus.append(emulate_and_report(run, EmulateOptions(ranks=ranks, timeout_s=timeout_s, **(device or {})),
+                                       skip_steps=skip))
+        if len(repeats) < real_repeats - 1:
+            record_repeat()
     while len(repeats) < real_repeats - 1:
         record_repeat()
+    emu = emus[0]
     rows = {}
     for r in ranks:
         row = emu.data["ranks"][str(r)]
+        steps_ms = median_steps([e.data["ranks"][str(r)].get("step_ms", []) for e in emus])
         fid = rank_fidelity(r, real, emu.nodes[r], emu.groups, losses=row.get("losses", []),
-                            steps_ms=row.get("step_ms", []), peak_memory_bytes=row.get("peak_memory_bytes", -1),
+                            steps_ms=steps_ms, peak_memory_bytes=row.get("peak_memory_bytes", -1),
                             measured_peak_memory_bytes=row.get("measured_peak_memory_bytes", -1), skip=skip,
                             real_repeats=repeats)
         spread = run_spread([[t / 1e6 for t in g.summaries[r].step_times_ns] for g in (real, *repeats)], skip)
@@ -145,9 +160,11 @@ def validate(job_path: str, ranks_text: str, out: str | None, *, slice_size: int
     return nonfinite_as_null({"job": job.name, "world_size": job.world_size, "sandbox_ranks": list(ranks),
                               "run_dir": str(run), "skip_steps": skip, "real_repeats": real_repeats,
                               "calibration_repeats": calibration_repeats, "calibration_merge": calibration_merge,
+                              "emulation_repeats": emulation_repeats,
                               "host_probe_ms": {"record": record_probe, "calibrate": list(cal.host_probe_ms),
                                                 "emulate": emu.data["host_probe_ms"]},
-                              "emulation": str(emu.out_dir), "ranks": rows, "outside_writes": outside_writes(run),
+                              "emulation": str(emu.out_dir), "emulations": [str(e.out_dir) for e in emus],
+                              "ranks": rows, "outside_writes": outside_writes(run),
                               "ranks_without_steps": [r for r in ranks_without_steps(real) if r in ranks]})
 
 
@@ -201,8 +218,10 @@ def print_validation(result: dict, console: Console, *, timing: bool = True) -> 
     on this host (e.g. a W=8 real-model job on 2 cores) instead of printing an error figure."""
     repeats = result.get("real_repeats", 1)
     runs = f"{repeats} real runs" if repeats > 1 else "the real run"
-    table = Table(title=f"validate {result['job']} W={result['world_size']}: sandbox {result['sandbox_ranks']} vs "
-                        f"{runs} (first {result['skip_steps']} step(s) skipped)", title_justify="left")
+    emulations = result.get("emulation_repeats", 1)
+    emulated = f" ({emulations} emulations)" if emulations > 1 else ""
+    table = Table(title=f"validate {result['job']} W={result['world_size']}: sandbox {result['sandbox_ranks']}{emulated} "
+                        f"vs {runs} (first {result['skip_steps']} step(s) skipped)", title_justify="left")
     table.add_column("metric")
     for r in result["ranks"]:
         table.add_column(f"prism emulate r{r}", justify="right")
@@ -286,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
     result = validate(args.job, args.ranks, args.out, slice_size=args.slice_size, timeout_s=args.timeout,
                       torch_fake=not args.no_torch_fake, device=device_options(args), real_repeats=args.real_repeats,
                       calibration_repeats=args.calibration_repeats, calibration_merge=args.calibration_merge,
-                      replace=args.force)
+                      replace=args.force, emulation_repeats=args.emulation_repeats)
     print_validation(result, Console())
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=2, default=str))

@@ -9,6 +9,7 @@ PyTorch's fake process group crash: the pipeline's shape exchange reads sizes it
 import json
 import math
 import statistics
+from pathlib import Path
 
 import pytest
 import yaml
@@ -27,6 +28,7 @@ def test_validate_compares_the_emulated_ranks_with_the_real_run_and_the_fake_pg(
     out = tmp_path / "validate.json"
     proc = run_prism("validate", "--job", str(job), "--ranks", "0,3", "--out", str(tmp_path / "run"),
                      "--json", str(out), "--timeout", "300", "--real-repeats", "3", "--calibration-repeats", "2",
+                     "--emulation-repeats", "2",
                      timeout=800,
                      env={"COLUMNS": "250"})  # the table unwrapped
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -56,16 +58,22 @@ def test_validate_compares_the_emulated_ranks_with_the_real_run_and_the_fake_pg(
             assert f"torch fake PG r{rank} crashed in dist.recv_object_list" in proc.stdout
     last_stage = read_graph(tmp_path / "run" / "graph" / "real").summaries[3].losses
     assert last_stage and not any(math.isnan(x) for x in last_stage), "the compared losses are real numbers"
-    # The second real run went between the calibration's two rounds of takes, the third after the
-    # emulation, and the times are compared with each step's median over the three runs.
+    # The second real run went between the calibration's two rounds of takes, the third between the
+    # two emulations, and the times are each step's median over the three real runs and over the
+    # two emulations.
     run = tmp_path / "run"
-    (emulation,) = (run / "emulations").iterdir()
+    emulations = [Path(e) for e in result["emulations"]]
+    assert len(emulations) == 2 and result["emulation"] == str(emulations[0])
     made = {p: p.stat().st_mtime for p in (run / "calibration" / "slice-001", run / "real-repeats" / "1",
-                                            run / "calibration" / "slice-000-1", emulation, run / "real-repeats" / "2")}
+                                            run / "calibration" / "slice-000-1", emulations[0],
+                                            run / "real-repeats" / "2", emulations[1])}
     assert sorted(made, key=made.get) == list(made), made
     reals = [read_graph(d / "graph" / "real") for d in (run, run / "real-repeats" / "1", run / "real-repeats" / "2")]
+    reports = [json.loads((e / "report.json").read_text()) for e in emulations]
     for rank in ("0", "3"):
         steps = [[t / 1e6 for t in g.summaries[int(rank)].step_times_ns][1:] for g in reals]
-        median = [statistics.median(s) for s in zip(*steps, strict=False)]
+        emulated = [r["ranks"][rank]["step_ms"][1:] for r in reports]
         t = result["ranks"][rank]["prism"]["time"]
-        assert t["real_mean_ms"] == pytest.approx(statistics.fmean(median), rel=1e-6), (t, steps)
+        for got, runs in ((t["real_mean_ms"], steps), (t["mean_ms"], emulated)):
+            median = [statistics.median(s) for s in zip(*runs, strict=False)]
+            assert got == pytest.approx(statistics.fmean(median), rel=1e-6), (t, runs)
