@@ -299,7 +299,8 @@ def _path_result(name, size, job, ranks, path, timed, merges, emus, reals, compa
             "overhead_us_per_comm_op": (emulated.mean_ms - emulated.real_mean_ms) * 1e3 / ops if ops else None,
         }
     return {"example": name, "size": size, "args": list(job.args), "world_size": job.world_size,
-            "sandbox_ranks": list(ranks), **settings, "device_path": path, "wall_s": wall,
+            "sandbox_ranks": list(ranks), **settings, "real_runs_compared": len(compared), "device_path": path,
+            "wall_s": wall,
             "host_probe_ms": probes,
             "mean_abs_rel_error": max(abs(v["emulated"]["mean_rel_error"]) for v in rows.values()),
             "max_step_rel_error": max(v["emulated"]["max_rel_error"] for v in rows.values()),
