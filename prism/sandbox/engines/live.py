@@ -598,19 +598,18 @@ class LiveEngine(CommEngine):
         messages are checked at the wait as before."""
         posted.checked_later = self._defer_check(req, posted.bufs, None, posted.group_rank, ch)
 
-    def _defer_check(self, req: CommRequest, parts: Sequence, recorded: Sequence[torch.Tensor | None] | None,
-                     group_rank: int, ch: _Channel | None = None) -> bool:
-        """Queue the comparison of an op's small inputs (tensors, or :class:`Part` s) with their
+    def _defer_check(self, req: CommRequest, parts: Sequence[torch.Tensor],
+                     recorded: Sequence[torch.Tensor | None] | None, group_rank: int, ch: _Channel | None = None) -> bool:
+        """Queue the comparison of an op's small inputs (each part's flat data) with their
         recorded inputs for a batch on a channel thread (``ch``, else the op's own channel's):
         ``recorded`` holds each part's (None: the part has none, nothing to compare), or is None
         for the batch to look them up. False, and nothing queued, where an input is not small or not
         readable as its bytes (:func:`host_bytes`)."""
         checks = []
-        for i, part in enumerate(parts):
+        for i, buf in enumerate(parts):
             mine = recorded[i] if recorded is not None else None
             if recorded is not None and mine is None:
                 continue
-            buf = part if isinstance(part, torch.Tensor) else part.data
             data = host_bytes(buf)
             if data is None:
                 return False
@@ -664,7 +663,7 @@ class LiveEngine(CommEngine):
             if mine is not None and not matches_record(part.data, mine):
                 self._unusable_record(layout.what, req.group, part.data, mine)
             recorded.append(mine)
-        if self._defer_check(req, layout.parts, recorded, me):
+        if self._defer_check(req, [part.data for part in layout.parts], recorded, me):
             recorded = [None] * len(recorded)
         works, data, received, num_bytes = [], [], [], 0
         for i, part in enumerate(layout.parts):
