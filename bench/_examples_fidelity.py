@@ -70,7 +70,7 @@ from prism.sandbox.recording import record_job
 from prism.vrank_replayer import EmulateOptions
 from prism.vrank_replayer.calibrate_run import calibrate_run
 from prism.vrank_replayer.emulate_report import emulate_and_report
-from prism.vrank_replayer.fidelity import run_spread, step_errors
+from prism.vrank_replayer.fidelity import median_steps, run_spread, step_errors
 from prism.vrank_replayer.launch import capture_job
 
 from _calibration_takes import MERGES as TAKE_MERGES  # bench/, beside this module
@@ -142,10 +142,6 @@ def example_job(name: str, size: str, world: int | None = None, warmup: int | No
     return dataclasses.replace(job, name=f"{name}-{size}", args=tuple(args),
                                iterations=dataclasses.replace(job.iterations, warmup=warmup, measured=MEASURED),
                                env={**job.env, "PRISM_MEMORY": "rss"})
-
-
-def _median_steps(runs: list[list[float]]) -> list[float]:
-    return [statistics.median(steps) for steps in zip(*runs, strict=False)]
 
 
 def _comm_ops_per_step(nodes) -> float:
@@ -266,9 +262,9 @@ def _path_result(name, size, job, ranks, path, timed, merges, emus, reals, compa
     rows = {}
     for r in ranks:
         real_runs = [[s / 1e6 for s in g.summaries[r].step_times_ns][:kept] for g in compared]
-        real_ms = _median_steps(real_runs)
+        real_ms = median_steps(real_runs)
         emu_runs = [e.data["ranks"][str(r)]["step_ms"][:kept] for e in emus]
-        emu_ms = _median_steps(emu_runs)
+        emu_ms = median_steps(emu_runs)
         ends = [n.start_ns for n in timed.nodes[r] if n.kind is NodeKind.MARK and n.mark == "step_end"]
         pred_ms = [(b - a) / 1e6 for a, b in zip([0, *ends[:-1]], ends, strict=False)][:kept]
         emulated = step_errors(emu_ms, real_ms, warmup)

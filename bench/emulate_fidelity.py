@@ -61,7 +61,7 @@ from prism.sandbox.recording import record_job
 from prism.vrank_replayer import EmulateOptions
 from prism.vrank_replayer.calibrate_run import calibrate_run
 from prism.vrank_replayer.emulate_report import TIMELINE_FILE, emulate_and_report
-from prism.vrank_replayer.fidelity import step_errors
+from prism.vrank_replayer.fidelity import median_steps, step_errors
 from prism.vrank_replayer.launch import capture_job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,11 +158,6 @@ def expected_view(dp: int, pp: int) -> dict:
 # -------------------------------------------------------------------------------------- one shape
 
 
-def _median_steps(runs: list[list[float]]) -> list[float]:
-    """Per-step median over repeated runs (each a list of step times)."""
-    return [statistics.median(steps) for steps in zip(*runs, strict=False)]
-
-
 def run_shape(dp: int, pp: int, *, measured: int, repeats: int, real_repeats: int, calibration_repeats: int, slice_size: int = 2,
               asap: bool, run: Path, reuse: bool, ranks: tuple[int, ...] | None) -> dict:
     skip = load_job(ROOT / "examples/synthetic/job.yaml").iterations.warmup
@@ -211,7 +206,7 @@ def run_shape(dp: int, pp: int, *, measured: int, repeats: int, real_repeats: in
     rows = {}
     for r in ranks:
         real_runs = [[s / 1e6 for s in g.summaries[r].step_times_ns][:kept] for g in reals]
-        real_ms = _median_steps(real_runs)
+        real_ms = median_steps(real_runs)
         ends = [n.start_ns for n in timed.nodes[r] if n.kind is NodeKind.MARK and n.mark == "step_end"]
         pred_ms = [(b - a) / 1e6 for a, b in zip([0, *ends[:-1]], ends, strict=False)][:kept]
         emu_runs = [e.data["ranks"][str(r)]["step_ms"][:kept] for e in emus]
@@ -219,11 +214,11 @@ def run_shape(dp: int, pp: int, *, measured: int, repeats: int, real_repeats: in
             "stage": stage_of(r, dp), "replica": r % dp,
             "real_step_ms": real_ms,
             "real_runs_step_ms": real_runs,
-            "emulated": dataclasses.asdict(step_errors(_median_steps(emu_runs), real_ms, skip)),
-            "emulated_step_ms": _median_steps(emu_runs),
+            "emulated": dataclasses.asdict(step_errors(median_steps(emu_runs), real_ms, skip)),
+            "emulated_step_ms": median_steps(emu_runs),
             "emulated_runs": [dataclasses.asdict(step_errors(e, real_ms, skip)) for e in emu_runs],
             "emulated_runs_step_ms": emu_runs,
-            "emulated_vs_each_real_run": [dataclasses.asdict(step_errors(_median_steps(emu_runs), x, skip))
+            "emulated_vs_each_real_run": [dataclasses.asdict(step_errors(median_steps(emu_runs), x, skip))
                                           for x in real_runs],
             "calibrated_prediction": dataclasses.asdict(step_errors(pred_ms, real_ms, skip)),
             "calibrated_step_ms": pred_ms,

@@ -22,6 +22,7 @@ from _calibration_takes import MERGES, CalibrationTakes  # noqa: E402
 from wait_kinds import real_graphs  # noqa: E402
 
 from prism.graph.io import read_graph  # noqa: E402
+from prism.vrank_replayer.fidelity import median_steps  # noqa: E402
 
 
 def real_steps_ms(run: Path, rank: int) -> list[float]:
@@ -29,7 +30,7 @@ def real_steps_ms(run: Path, rank: int) -> list[float]:
     from their recorded step times, as the benchmark takes them."""
     graphs = [read_graph(g) for name, g in real_graphs(run) if name != "real"] or [read_graph(run / "graph" / "real")]
     runs = [[s / 1e6 for s in g.summaries[rank].step_times_ns] for g in graphs]
-    return [statistics.median(s) for s in zip(*runs, strict=False)]
+    return median_steps(runs)
 
 
 def main() -> None:

@@ -58,6 +58,11 @@ class RunSpread:
     num_runs: int
 
 
+def median_steps(runs_ms: Sequence[Sequence[float]]) -> list[float]:
+    """Each step's median over the runs (as many steps as the shortest run has)."""
+    return [statistics.median(s) for s in zip(*runs_ms, strict=False)]
+
+
 def run_spread(runs_ms: Sequence[Sequence[float]], skip: int) -> RunSpread | None:
     """The spread of ``runs_ms`` (step times of each run) over the steps after ``skip``; None with
     fewer than three runs (one run against one other says nothing of which one is off)."""
@@ -66,8 +71,7 @@ def run_spread(runs_ms: Sequence[Sequence[float]], skip: int) -> RunSpread | Non
     errors = []
     for i, run in enumerate(runs_ms):
         others = [r for j, r in enumerate(runs_ms) if j != i]
-        median = [statistics.median(s) for s in zip(*others, strict=False)]
-        errors.append(step_errors(run, median, skip))
+        errors.append(step_errors(run, median_steps(others), skip))
     kept = [e for e in errors if e.num_steps]
     if not kept:
         return None
@@ -156,11 +160,6 @@ def losses_bitwise_equal(got: Sequence[float], want: Sequence[float]) -> bool:
     """Same number of losses, each the same float (no loss equals no loss: NaN or null)."""
     return len(got) == len(want) and all(
         (_no_loss(a) and _no_loss(b)) or a == b for a, b in zip(got, want, strict=True))
-
-
-def median_steps(runs_ms: Sequence[Sequence[float]]) -> list[float]:
-    """Each step's median over the runs (as many steps as the shortest run has)."""
-    return [statistics.median(s) for s in zip(*runs_ms, strict=False)]
 
 
 def rank_fidelity(rank: int, real: Graph, nodes: Sequence[Node], groups: dict[str, GroupInfo], *,
