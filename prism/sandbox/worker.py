@@ -88,6 +88,7 @@ def _make_engine(spec: WorkerSpec) -> CommEngine:
             graph_dir=opts.get("graph_dir") or None,
             connect_groups=json.loads(opts.get("connect_groups") or "[]"),
             eager_completion=opts.get("completion") == "eager",
+            flag_divergence=opts.get("divergence") != "off",
         )
     if name == "recorded":
         from .engines.recorded import RecordedEngine, ReplayOptions

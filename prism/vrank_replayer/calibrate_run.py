@@ -211,7 +211,7 @@ def calibrate_run(
     def slice_options(ranks: tuple[int, ...], out: Path) -> EmulateOptions:
         return EmulateOptions(ranks=ranks, graph_kind=kind, out_dir=str(out), timeout_s=timeout_s,
                               memory="untracked", phase=f"calibrate/{out.name}", eager_completion=True,
-                              **dict(device or {}))
+                              flag_divergence=False, **dict(device or {}))
 
     if slices:
         widest = max(slices, key=len)

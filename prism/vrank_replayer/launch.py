@@ -43,7 +43,7 @@ from prism.core.layout import DeviceLayout, device_layout
 from prism.core.mps import private_mps
 from prism.core.rundir import RunDir
 from prism.core.supervise import Supervisor, package_env
-from prism.core.atomic import atomic_write_bytes
+from prism.core.atomic import atomic_write_bytes, atomic_write_text
 from prism.core.whatif import SandboxChange
 from prism.core.workerspec import WORKER_MODULE, ShimConfig, WorkerSpec, physical_slot, record_path, with_ooms
 from prism.graph.io import read_graph, verify_graph
@@ -119,6 +119,11 @@ class EmulateOptions:
     them, so each op's duration ends at its completion and not at the script's wait for it (what
     calibration slices measure, docs/timing.md); else, as in ``prism record``, the waiting thread
     completes a message."""
+    flag_divergence: bool = True
+    """The sandbox ranks compare what they send (a send, a pair's input) with the recorded data and
+    flag the ops that differ (``diverged_ops``). Off for runs whose flags nobody reads (calibration
+    slices); the timed pass of a two-pass emulation leaves it to its memory pass, whose flags the
+    result takes, as it takes that pass's peaks."""
     phase: str = ""
     """Names the run's outputs, RUN/outputs/<phase>/ (prism.core.isolation); "" = emulate/<the out dir's name>."""
     change: SandboxChange = SandboxChange()
@@ -331,6 +336,8 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
     memory_out = out / MEMORY_PASS_DIR
     memory_options = dataclasses.replace(options, capture_dir="", profile=False,
                                          phase=options.phase and options.phase + "-memory-pass")
+    # The memory pass flags the divergent ops; the timed pass's sends skip that comparison.
+    timed_options = dataclasses.replace(options, flag_divergence=False)
     if job.memory_cap_bytes:
         # The tracker enforces the cap, so the tracked pass runs first: a rank above it fails there,
         # at the real run's allocation (as `prism record --memory-cap` does), and that pass is the
@@ -338,22 +345,34 @@ def emulate(run_dir: str | Path, options: EmulateOptions) -> EmulateResult:
         # its vranks; its allocations are the tracked pass's, so it cannot exceed the cap. The
         # tracked pass keeps --profile too: if it is the result, its profile shows where it stopped.
         try:
-            once(memory_pass_job(job), dataclasses.replace(memory_options, profile=options.profile), memory_out)
+            tracked_result = once(memory_pass_job(job), dataclasses.replace(memory_options, profile=options.profile),
+                                  memory_out)
         except RankOOMError:
             _promote(memory_out, out)
             raise
-        result = once(timed_pass_job(job), options, out)
+        result = once(timed_pass_job(job), timed_options, out)
     else:
         # The timed pass first: a failing script fails there, with its logs where they always were.
-        result = once(timed_pass_job(job), options, out)
-        once(memory_pass_job(job), memory_options, memory_out)
+        result = once(timed_pass_job(job), timed_options, out)
+        tracked_result = once(memory_pass_job(job), memory_options, memory_out)
     for r in ranks:
         with record_path(memory_out, r).open("rb") as f:
             tracked = pickle.load(f)  # noqa: S301 - our own worker's output
         with record_path(out, r).open("rb") as f:
             timed = pickle.load(f)  # noqa: S301
         atomic_write_bytes(record_path(out, r), pickle.dumps(with_tracked_peaks(timed, tracked)))
-    return result
+    return _with_flags_of(result, tracked_result, memory_out)
+
+
+def _with_flags_of(result: EmulateResult, tracked: EmulateResult, memory_out: Path) -> EmulateResult:
+    """The timed pass's result with the memory pass's divergence flags, in its ``live.json`` files too."""
+    for r in result.ranks:
+        timed_path = _live_path(result.out_dir, r)
+        timed = json.loads(timed_path.read_text())
+        timed["diverged_ops"] = json.loads(_live_path(memory_out, r).read_text())["diverged_ops"]
+        atomic_write_text(timed_path, json.dumps(timed, indent=1))
+    ranks = {r: dataclasses.replace(row, diverged_ops=tracked.ranks[r].diverged_ops) for r, row in result.ranks.items()}
+    return dataclasses.replace(result, ranks=ranks)
 
 
 def timed_run_tracked(job: JobConfig, options: EmulateOptions) -> bool:
@@ -386,6 +405,8 @@ def _emulate_once(run: RunDir, job: JobConfig, options: EmulateOptions, out: Pat
             "graph_dir": str(run.graph_dir(kind))}
     if options.eager_completion:
         opts["completion"] = "eager"
+    if not options.flag_divergence:
+        opts["divergence"] = "off"
     # The working directory is a copy of the recorded script's folder; a what-if's changed
     # entrypoint runs from where the user put it, in that working directory.
     source_job = dataclasses.replace(job, entrypoint=run.load_job().entrypoint) if options.change.entrypoint else job

@@ -49,23 +49,35 @@ def test_a_slice_times_a_message_to_its_completion_not_to_the_late_wait(tmp_path
     assert all(n.duration_ns < 30e6 for n in sends), [n.duration_ns / 1e6 for n in sends]
 
 
-@pytest.mark.parametrize(("steps", "numel", "eager"), [(40, 256, False), (4, 16384, False), (4, 16384, True)])
-def test_every_send_whose_values_changed_is_flagged_diverged(tmp_path, steps, numel, eager):
+@pytest.mark.parametrize(("steps", "numel", "eager", "memory"),
+                         [(40, 256, False, "pass"), (4, 16384, False, "pass"), (4, 16384, True, "pass"),
+                          (4, 256, False, "untracked")])
+def test_every_send_whose_values_changed_is_flagged_diverged(tmp_path, steps, numel, eager, memory):
     # A small send's bytes are kept at its post and checked later in batches of 64 on a channel
     # thread (40 steps: one batch, the rest at the end); a large one (64 KiB) is checked by the
     # thread that completes it: the script's when its wait gets there first, the channel thread
     # under eager completion (a calibration slice's). Either way each message sent with other
-    # values than the recorded ones is flagged, and none when nothing changed.
+    # values than the recorded ones is flagged, and none when nothing changed. A two-pass emulation
+    # (memory="pass") flags them in its memory pass and its timed pass compares nothing; a one-pass
+    # emulation flags them itself.
     job = load_job(str(JOB))
     job = dataclasses.replace(job, env={**job.env, "LATE_WAIT_STEPS": str(steps), "LATE_WAIT_NUMEL": str(numel)})
     run = tmp_path / "run"
     record_job(job, run)
     capture_job(job, run, derive_for=(0,), timeout_s=240)
-    assert emulate(run, EmulateOptions(ranks=(0,), timeout_s=240, eager_completion=eager)).ranks[0].diverged_ops == ()
+    options = EmulateOptions(ranks=(0,), timeout_s=240, eager_completion=eager, memory=memory)
+    assert emulate(run, options).ranks[0].diverged_ops == ()
     change = SandboxChange(env=(("LATE_WAIT_OFFSET", "1"),))
-    flagged = emulate(run, EmulateOptions(ranks=(0,), timeout_s=240, change=change, eager_completion=eager)).ranks[0].diverged_ops
+    result = emulate(run, dataclasses.replace(options, change=change))
+    flagged = result.ranks[0].diverged_ops
     assert len(set(flagged)) == len(flagged) == 2 * steps, flagged  # every step's two sends
     assert all(op.startswith("send ") for op in flagged), flagged
+    timed = json.loads((result.out_dir / "rank-00000.live.json").read_text())
+    assert [f"{x['op']} {x['key']}" for x in timed["diverged_ops"]] == list(flagged)
+    assert timed["flagged_divergence"] is (memory != "pass")
+    if memory == "pass":
+        tracked = json.loads((result.out_dir / "memory-pass" / "rank-00000.live.json").read_text())
+        assert tracked["flagged_divergence"] is True and tracked["diverged_ops"] == timed["diverged_ops"]
 
 
 def test_the_replayer_plays_each_message_once_and_reports_its_streams_cpu(tmp_path):

@@ -252,6 +252,7 @@ class LiveEngine(CommEngine):
         graph_dir: str | None = None,
         connect_groups: Sequence[str] | None = None,
         eager_completion: bool = False,
+        flag_divergence: bool = True,
     ) -> None:
         self.rank = rank
         self.sandbox = frozenset(range(world_size) if sandbox is None else sandbox)
@@ -272,6 +273,12 @@ class LiveEngine(CommEngine):
         self._channels: dict[tuple, _Channel] = {}
         self._claims = WaiterClaims(eager=eager_completion)
         """Per message channel, the posted send/recv that waits for its waiter."""
+        self._flag_sends = flag_divergence and self._recorded is not None
+        """Whether a send's bytes and a pair's input are compared with the recorded ones. That comparison
+        only flags divergence (neither changes a value), and it cost a send ~37 µs of the script's
+        thread on the 2-core host, with the background loads of the sends' records besides: off where
+        nothing reads the flags (calibration slices) or another pass of the same emulation flags them
+        (the timed pass before its memory pass: ``EmulateOptions.flag_divergence``)."""
         self._transports: dict[str, WideTagTransport] = {}
         self._transport_locks: dict[str, threading.Lock] = {}
         self._num_ops = 0
@@ -472,7 +479,7 @@ class LiveEngine(CommEngine):
             failed: torch.futures.Future = torch.futures.Future()
             failed.set_exception(e)
             return failed
-        if request.op is CommOp.SEND and self._recorded is not None:
+        if request.op is CommOp.SEND and self._flag_sends:
             self._defer_send_check(request, posted, ch)
         # Posted; completed by the thread that waits for it, as record's passthrough does (the
         # channel thread only when something else asks or the channel's next message comes first).
@@ -494,8 +501,8 @@ class LiveEngine(CommEngine):
             if ch is not None:
                 return ch
             ch = self._channels[channel] = _Channel(f"prism-live-{'-'.join(map(str, channel))}", self._call)
-        if self._recorded is None or request.op is CommOp.RECV:  # a receiver needs no record
-            ch.preloaded = True
+        if self._recorded is None or request.op is CommOp.RECV or (channel[0] == "p" and not self._flag_sends):
+            ch.preloaded = True  # a receiver needs no record, nor a send that is not compared with its own
         else:
             keys = self._recorded.keys_under(self._key(request, 0).rsplit("/", 2)[0] + "/")
             ch.preloaded = bool(keys) and self._recorded.preload(keys) == len(keys)
@@ -568,7 +575,7 @@ class LiveEngine(CommEngine):
             # on the script's thread when the script waits, and a recorded value it touches (read
             # from disk, outside the dispatcher) would count in the rank's peak from then on.
             diverged = False
-            if req.op is CommOp.SEND and self._recorded is not None and not posted.checked_later:
+            if req.op is CommOp.SEND and self._flag_sends and not posted.checked_later:
                 with untracked():
                     for i, buf in enumerate(posted.bufs):
                         rec = self._recorded.get(self._key(req, i))
@@ -663,7 +670,7 @@ class LiveEngine(CommEngine):
             if mine is not None and not matches_record(part.data, mine):
                 self._unusable_record(layout.what, req.group, part.data, mine)
             recorded.append(mine)
-        if self._defer_check(req, [part.data for part in layout.parts], recorded, me):
+        if not self._flag_sends or self._defer_check(req, [part.data for part in layout.parts], recorded, me):
             recorded = [None] * len(recorded)
         works, data, received, num_bytes = [], [], [], 0
         for i, part in enumerate(layout.parts):
@@ -895,6 +902,7 @@ class LiveEngine(CommEngine):
             "lane_kinds": lane_kinds,
             "num_ops": self._num_ops + (lanes.num_ops if lanes is not None else 0),
             "early_starts": self._num_early,
+            "flagged_divergence": self._flag_sends,
             "pair_exchanges": self._num_pair,
             "diverged_ops": self._diverged,
             "num_transports": len(self._transports),
