@@ -1,5 +1,6 @@
-"""A group's view of its members: global rank -> group rank by a map (a tuple scan cost ~25 µs per
-lookup in a group of 4,096 ranks, twice per message on a sandbox rank's script thread)."""
+"""A group's view of its members: global rank -> group rank from a map built at the first lookup (a
+tuple scan cost ~25 µs per lookup in a group of 4,096 ranks, twice per message on a sandbox rank's
+script thread)."""
 
 import pickle
 

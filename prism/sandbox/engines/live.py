@@ -24,7 +24,9 @@ only for the divergence flag, never for a recv) is loaded ahead: a channel's rec
 first used (:meth:`~prism.nccl_patches.recorded_store.RecordedStore.preload`, within a budget),
 else a few ops ahead. A small send's flag is not computed in the script's wait: its bytes are
 copied at the post and compared with the record in batches on a channel thread
-(:meth:`LiveEngine._defer_send_check`).
+(:meth:`LiveEngine._defer_send_check`). Runs that leave the flags to another pass of the same
+emulation, or whose flags nobody reads, compare no send at all and load no send's record
+(``flag_divergence=False``: the timed pass before a memory pass, calibration slices).
 
 With ``PRISM_LIVE_EARLY_START=1`` a small collective (one CPU part of at most 1 MiB, its record
 loaded, its channel idle) posts its first ring step on the script's thread at its issue, as gloo's
