@@ -503,7 +503,7 @@ class LiveEngine(CommEngine):
             if ch is not None:
                 return ch
             ch = self._channels[channel] = _Channel(f"prism-live-{'-'.join(map(str, channel))}", self._call)
-        if self._recorded is None or request.op is CommOp.RECV or (channel[0] == "p" and not self._flag_sends):
+        if self._recorded is None or request.op is CommOp.RECV or (request.op is CommOp.SEND and not self._flag_sends):
             ch.preloaded = True  # a receiver needs no record, nor a send that is not compared with its own
         else:
             keys = self._recorded.keys_under(self._key(request, 0).rsplit("/", 2)[0] + "/")
