@@ -231,7 +231,6 @@ _EARLY_MAX_BYTES = 1 << 20
 """Larger ops are begun on their channel thread: their input check and first step cost the script's
 thread more than their start-up latency costs the op."""
 _EARLY_START_ENV = "PRISM_LIVE_EARLY_START"
-_PAIR_ALGOS = frozenset(a.value for a in (Algo.RING_ALL_REDUCE, Algo.RING_ALL_GATHER, Algo.RING_REDUCE_SCATTER))
 
 
 class LiveEngine(CommEngine):
@@ -326,7 +325,6 @@ class LiveEngine(CommEngine):
         """A group of two with one vrank runs its all-reduce, all-gather and reduce-scatter as one
         exchange posted at the issue (:mod:`prism.nccl_patches.pair`); the replayer decides alike."""
         self._num_pair = 0
-        self._pair_groups: set[str] = set()
         self._early_start = os.environ.get(_EARLY_START_ENV) == "1"
         """Small collectives begin on the script's thread (:meth:`_start_early`); off by default until
         measured on 16 cores."""
@@ -373,9 +371,9 @@ class LiveEngine(CommEngine):
         return (me, req.peer) if req.op is CommOp.SEND else (req.peer, me)
 
     def _own_part(self, key: str, entry: dict) -> Callable[[str], bool] | None:
-        """What this rank reads of a record: its own input (all a ring, chain, direct or P2P
-        record is needed for here: the divergence flag), and the outputs too in a pair with a vrank
-        (:meth:`_post_pair` writes them); a tree all-reduce whole (its root selects recorded values).
+        """What this rank reads of a record: its own input (all a ring, chain, direct, P2P or pair
+        record is needed for here: the divergence flag, and a pair's size check; a pair's result is
+        reduced from what the vrank sent); a tree all-reduce whole (its root selects recorded values).
         A record also holds the neighbor vranks' entry partials and the outputs, which the replayer
         reads: read here, they would triple the rank's loads and the memory they take beside the
         script."""
@@ -383,16 +381,10 @@ class LiveEngine(CommEngine):
         group_rank = self._group_ranks.get(gid)
         if group_rank is None or entry.get("algo") == Algo.TREE_ALL_REDUCE.value:
             return None
-        own = f"in.{group_rank}"
-        if gid in self._pair_groups and entry.get("algo") in _PAIR_ALGOS:
-            # A pair's exchange writes the recorded output where the input is the recorded one.
-            return {own, "out", f"out.{group_rank}"}.__contains__
-        return own.__eq__
+        return f"in.{group_rank}".__eq__
 
     def create_group(self, group: GroupHandle, store: object) -> None:
         self._group_ranks[group.group_id] = group.group_rank
-        if self._pairs and group.size == 2 and sum(r in self.sandbox for r in group.ranks) == 1:
-            self._pair_groups.add(group.group_id)
         if self._real is not None and self._runs_real(group):
             self._real.create_group(group, store)
             self._real_groups.add(group.group_id)
