@@ -38,6 +38,7 @@ import shutil
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from urllib.parse import quote, unquote
 
@@ -349,6 +350,14 @@ class RecordedStore:
                 self._pending[key] = self._pool.submit(self._load, key)
                 num += 1
         return num
+
+    def wait_loaded(self, timeout_s: float | None = None) -> int:
+        """Block until every load queued so far has ended (read, or failed: ``get`` raises its
+        error); returns how many were queued."""
+        with self._lock:
+            pending = list(self._pending.values())
+        futures_wait(pending, timeout=timeout_s)
+        return len(pending)
 
     def prefetch(self, keys: Iterable[str]) -> None:
         with self._lock:

@@ -26,6 +26,7 @@ from prism.nccl_patches.recorded_store import (
     RecordedStore,
     collective_key,
     derive_from_capture,
+    read_index,
     recorded_dir,
     save_recorded,
     write_capture,
@@ -202,3 +203,21 @@ def test_the_cli_renders_the_error_with_the_file_and_the_remedy(tmp_path: Path, 
     assert result.returncode == 2, result.stderr
     assert f"error: {victim}: sha256 mismatch" in result.stderr, result.stderr
     assert "re-run `prism collect`" in result.stderr, result.stderr
+
+
+def test_records_preloaded_and_waited_for_are_in_memory_and_a_damaged_one_fails_at_its_read(tmp_path: Path) -> None:
+    # The replayer loads its records before its first op (Replayer._preload): after wait_loaded
+    # every queued record is in memory, and a damaged one reports its file when it is read.
+    directory = _pruned_set(tmp_path)
+    keys = [collective_key("0", seq, 0) for seq in range(3)]
+    _flip(directory / read_index(directory)[keys[2]]["file"], text=False)
+    store = RecordedStore(directory)
+    try:
+        assert store.preload(keys) == 3
+        assert store.wait_loaded(timeout_s=60) == 3
+        assert all(store.loaded(k) for k in keys)
+        assert store.get(keys[0]).inputs.keys() == {1, 2}
+        with pytest.raises(IntegrityError, match="sha256 mismatch"):
+            store.get(keys[2])
+    finally:
+        store.close()
