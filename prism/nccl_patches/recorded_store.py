@@ -336,13 +336,15 @@ class RecordedStore:
         return sorted(keys, key=lambda k: tuple(int(x) for x in k[len(prefix):].split("/")))
 
     def preload(self, keys: Iterable[str]) -> int:
-        """Load ``keys`` in the background, in order, while the budget lasts; returns how many."""
+        """Load ``keys`` in the background, in order, while the budget lasts; returns how many are
+        loading or loaded (queued now or before)."""
         index = self.index()
         num = 0
         with self._lock:
             for key in keys:
                 size = index.get(key, {}).get("bytes", 0)
                 if key in self._pending:
+                    num += 1
                     continue
                 if size > self._preload_left:
                     break

@@ -389,6 +389,7 @@ class LiveEngine(CommEngine):
             self._real.create_group(group, store)
             self._real_groups.add(group.group_id)
             return
+        self._load_records_of(group)
         if self._lanes is None:
             if group.size > 1 and group.group_id in self._connect_groups:
                 with untracked():
@@ -396,6 +397,20 @@ class LiveEngine(CommEngine):
             return
         if self._lanes.has_vranks(group.group_id):
             self._lanes.open_group(group.group_id)
+
+    def _load_records_of(self, group: GroupHandle) -> None:
+        """The records this rank reads of a group's ops (its collectives', and its own sends' where
+        they are compared), loaded when the group is created, before the script's steps, as the
+        replayer loads its own before its first op: loaded in the background from a channel's first
+        op, they took the CPU from the first measured steps (docs/emulate.md, session 48)."""
+        if self._recorded is None or self._lanes is not None or group.size < 2:
+            return  # (on a device path the lanes read what they need)
+        gid = group.group_id
+        keys = self._recorded.keys_under(f"c/{gid}/")
+        if self._flag_sends:
+            keys += self._recorded.keys_under(f"p/{gid}/{self.rank}-")
+        if keys and self._recorded.preload(keys):
+            self._recorded.wait_loaded(self.timeout_s)
 
     def _runs_real(self, group: GroupHandle) -> bool:
         """Whether the group's ops run on the real backend: every member a sandbox rank; on a device
