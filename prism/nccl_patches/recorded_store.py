@@ -354,8 +354,8 @@ class RecordedStore:
         return num
 
     def wait_loaded(self, timeout_s: float | None = None) -> int:
-        """Block until every load queued so far has ended (read, or failed: ``get`` raises its
-        error); returns how many were queued."""
+        """Block until every load queued so far and not yet taken has ended (read, or failed: ``get``
+        raises its error), or ``timeout_s`` passed; returns how many loads it waited for."""
         with self._lock:
             pending = list(self._pending.values())
         futures_wait(pending, timeout=timeout_s)
